@@ -1,0 +1,3 @@
+from omegitops.cli import main
+
+raise SystemExit(main())

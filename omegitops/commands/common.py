@@ -1,0 +1,42 @@
+"""Arguments and output helpers shared by the command modules."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Iterable, Sequence
+
+import yaml
+
+
+def add_repo_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", default=".", help="repository folder (default: .)")
+    parser.add_argument(
+        "--operator-values",
+        default=None,
+        metavar="FILE",
+        help="operator Helm values file (default: ome-values.yaml in the repository)",
+    )
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def print_yaml(data: Any) -> None:
+    yaml.safe_dump(data, sys.stdout, sort_keys=False, default_flow_style=False)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A kubectl-style table: upper-case headers, columns padded by three spaces."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["   ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def print_errors(errors: Iterable[Any]) -> None:
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)

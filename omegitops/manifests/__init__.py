@@ -1,0 +1,1 @@
+"""Loading, classifying and validating the manifests of a GitOps repository."""

@@ -1,0 +1,59 @@
+"""Steps 1-3 of a run: read the operator settings, the manifests, validate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegitops.lifecycle.operator import OperatorSettings
+from omegitops.lifecycle.resolve import ComponentLifecycle, components_of, dig, resolve_component
+from omegitops.manifests.repository import DEFAULT_VALUES_FILE, Manifest, read_repository
+from omegitops.manifests.operator_values import read_operator_values
+from omegitops.manifests.repository import Repository
+from omegitops.manifests.validate import ValidationResult, validate_repository
+
+
+@dataclass
+class Loaded:
+    root: Path
+    operator: OperatorSettings
+    values_path: str | None
+    repo: Repository
+    result: ValidationResult
+
+
+def load(root: Path | str, values_file: str | None = None) -> Loaded:
+    """Load and validate a repository; OperatorConfigError stops everything first."""
+    root = Path(root)
+    operator, values_path = read_operator_values(root, values_file)
+    skip = values_file if values_file and not Path(values_file).is_absolute() \
+        else DEFAULT_VALUES_FILE
+    repo = read_repository(root, skip)
+    result = validate_repository(repo, operator)
+    return Loaded(root, operator, values_path, repo, result)
+
+
+@dataclass(frozen=True)
+class ServiceComponent:
+    """A resolved component with the objects it came from."""
+
+    service: Manifest
+    runtime: Manifest | None
+    lifecycle: ComponentLifecycle
+
+    @property
+    def pinned(self) -> bool:
+        return dig(self.service.data, ("spec", "runtime", "autoSync")) is False
+
+
+def resolved_components(loaded: Loaded) -> list[ServiceComponent]:
+    """Every component of every valid service, resolved, in a stable order."""
+    out = []
+    catalog = loaded.result.catalog
+    for service in sorted(catalog.services, key=lambda m: m.id):
+        runtime = catalog.runtime_for(service)
+        runtime_data = runtime.data if runtime else None
+        for component in components_of(service.data, runtime_data):
+            lifecycle = resolve_component(service.data, runtime_data, component, loaded.operator)
+            out.append(ServiceComponent(service, runtime, lifecycle))
+    return out

@@ -1,0 +1,225 @@
+"""Validation: JSON Schemas per object, then the checks that span objects.
+
+The result keeps valid and invalid apart: an invalid object is never acted
+on, and it never stops the valid ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from jsonschema.exceptions import ValidationError
+
+from omegitops.ids import ResourceId
+from omegitops.lifecycle import budgets
+from omegitops.lifecycle.operator import OperatorSettings
+from omegitops.lifecycle.resolve import (
+    OMENATIVE,
+    RUNTIME_CONFIG,
+    SURGE_THEN_DRAIN,
+    components_of,
+    dig,
+    resolve_component,
+    resolve_mode,
+)
+from omegitops.manifests.repository import (
+    CLUSTER_SERVING_RUNTIME,
+    INFERENCE_SERVICE,
+    SERVING_RUNTIME,
+    Manifest,
+    ManifestError,
+    Repository,
+)
+from omegitops.manifests.schemas import validator
+from omegitops.manifests.yamlfile import key_line
+
+MAX_ERRORS_PER_OBJECT = 20
+BUDGET_FIELDS = ("maxSurge", "maxUnavailable")
+
+
+@dataclass
+class Catalog:
+    """The valid objects of a repository, with runtime look-up as OME does it."""
+
+    services: list[Manifest] = field(default_factory=list)
+    runtimes: dict[ResourceId, Manifest] = field(default_factory=dict)
+
+    def runtime_for(self, service: Manifest) -> Manifest | None:
+        """A service's runtime: a ServingRuntime in its namespace first, then a
+        ClusterServingRuntime, unless ``spec.runtime.kind`` names one of them."""
+        return _find_runtime(self.runtimes, service)
+
+
+@dataclass
+class ValidationResult:
+    catalog: Catalog
+    valid: list[Manifest]
+    errors: list[ManifestError]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _find_runtime(runtimes: dict[ResourceId, Any], service: Manifest) -> Any:
+    ref = dig(service.data, ("spec", "runtime")) or {}
+    name = ref.get("name") if isinstance(ref, dict) else None
+    if not name:
+        return None
+    kind = ref.get("kind")
+    candidates = []
+    if kind in (None, SERVING_RUNTIME):
+        candidates.append(ResourceId(SERVING_RUNTIME, service.id.namespace, name))
+    if kind in (None, CLUSTER_SERVING_RUNTIME):
+        candidates.append(ResourceId(CLUSTER_SERVING_RUNTIME, "", name))
+    for rid in candidates:
+        if rid in runtimes:
+            return runtimes[rid]
+    return None
+
+
+def schema_errors(manifest: Manifest) -> list[ManifestError]:
+    """Every schema error of one object, each located at its field's line."""
+    found = sorted(
+        validator(manifest.id.kind).iter_errors(manifest.data),
+        key=lambda e: [str(p) for p in e.absolute_path],
+    )
+    errors = [_schema_error(manifest, err) for err in found[:MAX_ERRORS_PER_OBJECT]]
+    if len(found) > MAX_ERRORS_PER_OBJECT:
+        errors.append(manifest.error((), f"... and {len(found) - MAX_ERRORS_PER_OBJECT} more"))
+    return errors
+
+
+def _schema_error(manifest: Manifest, err: ValidationError) -> ManifestError:
+    path = tuple(err.absolute_path)
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = sorted((err.schema.get("properties") or {}).keys())
+        extras = [k for k in err.instance if k not in allowed]
+        if extras:
+            field_path = path + (extras[0],)
+            hint = f"; expected one of: {', '.join(allowed)}" if 0 < len(allowed) <= 12 else ""
+            located = manifest.error(field_path, f"unknown field{hint}")
+            line = key_line(manifest.doc.node, field_path)
+            return ManifestError(located.path, line or located.line, located.message,
+                                 located.obj, located.field)
+    message = err.message
+    if err.context:
+        hints = list(dict.fromkeys(sub.message for sub in err.context))[:3]
+        message = f"{message} ({'; '.join(hints)})"
+    if len(message) > 300:
+        message = message[:297] + "..."
+    return manifest.error(path, message)
+
+
+def _lifecycle_blocks(manifest: Manifest) -> Iterable[tuple[tuple[str, ...], dict]]:
+    if manifest.id.kind == INFERENCE_SERVICE:
+        parents = [("spec", component) for component in RUNTIME_CONFIG]
+    else:
+        parents = [("spec", config) for config in RUNTIME_CONFIG.values()]
+    for parent in parents:
+        block = dig(manifest.data, parent + ("lifecycle",))
+        if isinstance(block, dict):
+            yield parent + ("lifecycle",), block
+
+
+def percentage_errors(manifest: Manifest) -> list[ManifestError]:
+    """Budgets over 100% (the schema accepts any ``N%``)."""
+    errors = []
+    for path, block in _lifecycle_blocks(manifest):
+        for key in BUDGET_FIELDS:
+            value = dig(block, ("updateStrategy", "rollingUpdate", key))
+            if value is not None and budgets.is_over_100_percent(value):
+                field_path = path + ("updateStrategy", "rollingUpdate", key)
+                errors.append(manifest.error(field_path, f"{value} is more than 100%"))
+    return errors
+
+
+def service_errors(
+    service: Manifest, runtime: Manifest | None, runtimes: dict, operator: OperatorSettings
+) -> list[ManifestError]:
+    """Checks that need the service's runtime and the operator settings."""
+    ref_path = ("spec", "runtime", "name")
+    name = dig(service.data, ref_path)
+    errors = []
+    if name and runtime is None:
+        where = f"namespace {service.id.namespace} or the cluster"
+        if _find_runtime(runtimes, service) is not None:
+            message = f"runtime {name!r} is invalid (see its errors)"
+        else:
+            message = f"runtime {name!r} not found (no ServingRuntime in {where}, " \
+                      "no ClusterServingRuntime)"
+        errors.append(service.error(ref_path, message))
+        return errors
+    runtime_data = runtime.data if runtime else None
+    for component in components_of(service.data, runtime_data):
+        mode = resolve_mode(service.data, runtime_data, component, operator)
+        if mode.value != OMENATIVE:
+            continue
+        if not name:
+            errors.append(service.error(
+                ("spec", "runtime"),
+                f"component {component} runs on OMENative but the service names no runtime "
+                "(set spec.runtime.name)",
+            ))
+            return errors
+        errors.extend(_stuck_budget_errors(service, runtime_data, component, operator))
+    return errors
+
+
+def _stuck_budget_errors(
+    service: Manifest, runtime: dict | None, component: str, operator: OperatorSettings
+) -> list[ManifestError]:
+    """Budgets with which no Instance could ever move."""
+    lifecycle = resolve_component(service.data, runtime, component, operator)
+    surge = lifecycle.fields.get("updateStrategy.rollingUpdate.maxSurge")
+    unavailable = lifecycle.fields["updateStrategy.rollingUpdate.maxUnavailable"]
+    strategy = lifecycle.strategy
+    where = ("spec", component, "lifecycle", "updateStrategy", "rollingUpdate")
+    if strategy == SURGE_THEN_DRAIN:
+        if surge and budgets.is_zero(surge.value) and budgets.is_zero(unavailable.value):
+            return [service.error(where, (
+                f"maxSurge {surge.value} (from {surge.source}) and maxUnavailable "
+                f"{unavailable.value} (from {unavailable.source}) under SurgeThenDrain: "
+                "no Instance could ever move; allow at least one of them"
+            ))]
+    elif budgets.is_zero(unavailable.value):
+        return [service.error(where + ("maxUnavailable",), (
+            f"maxUnavailable {unavailable.value} (from {unavailable.source}) under {strategy}: "
+            "no Instance could ever move; this strategy reads only maxUnavailable"
+        ))]
+    return []
+
+
+def validate_repository(repo: Repository, operator: OperatorSettings) -> ValidationResult:
+    """Validate every manifest of ``repo``; pure apart from reading the schemas."""
+    errors = list(repo.errors)
+    first_seen: dict[ResourceId, Manifest] = {}
+    candidates: list[Manifest] = []
+    for manifest in repo.manifests:
+        if manifest.id in first_seen:
+            first = first_seen[manifest.id]
+            errors.append(manifest.error(
+                (), f"duplicate object, already defined at {first.path}:{first.line}"
+            ))
+            continue
+        first_seen[manifest.id] = manifest
+        own = schema_errors(manifest) or percentage_errors(manifest)
+        if own:
+            errors.extend(own)
+        else:
+            candidates.append(manifest)
+    runtimes = {m.id: m for m in candidates if m.id.kind != INFERENCE_SERVICE}
+    all_runtimes = {m.id: m for m in first_seen.values() if m.id.kind != INFERENCE_SERVICE}
+    catalog = Catalog(runtimes=runtimes)
+    valid = [m for m in candidates if m.id.kind != INFERENCE_SERVICE]
+    for service in (m for m in candidates if m.id.kind == INFERENCE_SERVICE):
+        runtime = catalog.runtime_for(service)
+        problems = service_errors(service, runtime, all_runtimes, operator)
+        if problems:
+            errors.extend(problems)
+        else:
+            catalog.services.append(service)
+            valid.append(service)
+    errors.sort(key=lambda e: (e.path, e.line or 0))
+    return ValidationResult(catalog=catalog, valid=valid, errors=errors)
