@@ -47,7 +47,7 @@ REPO_ROOT = SCHEMAS_DIR.parent
 # The OME material sits beside the repository: /work/shared/ome for /work/main.
 DEFAULT_CRDS = REPO_ROOT.parent / "shared" / "ome" / "crds"
 
-# (output file, CRD file, kind, name pattern definition)
+# (output file, CRD file, kind)
 CRD_TARGETS = [
     ("inferenceservice.schema.json", "ome.io_inferenceservices.yaml", "InferenceService"),
     ("servingruntime.schema.json", "ome.io_servingruntimes.yaml", "ServingRuntime"),
@@ -93,7 +93,9 @@ STRATEGY_TYPES = ["SurgeThenDrain", "RecreatePod", "InPlaceIfPossible", "InPlace
 RESTART_POLICIES = ["None", "RecreateInstanceOnPodRestart"]
 COMPONENTS = ["engine", "decoder", "router"]
 
-RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+RFC3339_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+)
 
 
 def nullable(schema: Schema) -> Schema:
@@ -150,7 +152,9 @@ def lifecycle_defs() -> Schema:
                         "maxUnavailable": budget,
                     }
                 ),
-                "inPlaceUpdateStrategy": closed({"markNotReadyDuringLifecycle": {"type": "boolean"}}),
+                "inPlaceUpdateStrategy": closed(
+                    {"markNotReadyDuringLifecycle": {"type": "boolean"}}
+                ),
             }
         ),
     }
@@ -160,7 +164,8 @@ def lifecycle_defs() -> Schema:
 # OpenAPI v3 (structural CRD schema) -> JSON Schema draft 2020-12
 # ---------------------------------------------------------------------------
 
-# Keys that only document, or that only the API server's merge logic reads.
+# Documentation only; dropping it takes the CRDs from 1.7 MB to a few hundred kB.
+# The x-kubernetes-* keys are dropped too, once convert() has read what they mean.
 DROPPED_KEYS = {"description"}
 # int32/int64 say nothing JSON Schema can check; other formats (date-time) are kept.
 DROPPED_FORMATS = {"int32", "int64"}
@@ -190,11 +195,11 @@ def convert(node: Schema) -> Schema:
     if node.get("x-kubernetes-int-or-string") and "anyOf" not in out:
         # controller-gen already writes the anyOf; older generators do not.
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    if node.get("nullable"):
-        out = _allow_null(out)
     if _should_close(node):
         # kubectl --validate=strict rejects fields the schema does not list.
         out["additionalProperties"] = False
+    if node.get("nullable"):
+        out = _allow_null(out)
     return out
 
 
@@ -279,13 +284,20 @@ def _add_property(obj: Schema, name: str, sub: Schema, where: str) -> None:
 def add_omenative_isvc(schema: Schema) -> None:
     """spec.deploymentMode, spec.runtime.autoSync and spec.{component}.lifecycle."""
     spec = schema["properties"]["spec"]
-    _add_property(
-        spec, "deploymentMode", {"type": "string", "enum": DEPLOYMENT_MODES}, "spec"
-    )
+    _add_property(spec, "deploymentMode", {"type": "string", "enum": DEPLOYMENT_MODES}, "spec")
     _add_property(spec["properties"]["runtime"], "autoSync", {"type": "boolean"}, "spec.runtime")
     for component in COMPONENTS:
         target = spec["properties"][component]
         _add_property(target, "lifecycle", {"$ref": "#/$defs/Lifecycle"}, f"spec.{component}")
+    # OME v1.3 reports each component's Instance totals and rollout hold under
+    # status.components.{component}.lifecycle; an exported object must still validate.
+    component_status = schema["properties"]["status"]["properties"]["components"]
+    _add_property(
+        component_status["additionalProperties"],
+        "lifecycle",
+        {"type": "object"},
+        "status.components.*",
+    )
 
 
 def add_omenative_runtime(schema: Schema) -> None:
@@ -360,7 +372,7 @@ def child_schemas(schema: Schema, hint: str) -> list[tuple[str, Any, str, str]]:
 
 def count_subschemas(schema: Schema, counts: Counter[str]) -> None:
     """Count every sub-schema position by canonical form (nested ones included)."""
-    for keyword, key, hint, _ in child_schemas(schema, ""):
+    for keyword, key, _, _ in child_schemas(schema, ""):
         sub = schema[keyword] if key is None else schema[keyword][key]
         counts[canonical(sub)] += 1
         count_subschemas(sub, counts)
@@ -458,8 +470,7 @@ def inline_unhelpful(doc: Schema, keep: set[str]) -> None:
         unhelpful = sorted(
             name
             for name, body in doc["$defs"].items()
-            if name not in keep
-            and (counts[name] <= 1 or len(canonical(body)) <= INLINE_MAX_CHARS)
+            if name not in keep and (counts[name] <= 1 or len(canonical(body)) <= INLINE_MAX_CHARS)
         )
         if not unhelpful:
             return
@@ -584,9 +595,7 @@ def operator_values_document() -> Schema:
                     "abandonedReplacementGracePeriod": duration,
                     # The backoff doubles each attempt: {maxAttempts: 3,
                     # initialBackoff: 1m} is the chart's three attempts (1m, then 2m).
-                    "updateRetry": closed(
-                        {"maxAttempts": integer, "initialBackoff": duration}
-                    ),
+                    "updateRetry": closed({"maxAttempts": integer, "initialBackoff": duration}),
                 }
             ),
             "autoMigrate": closed({"maxAttempts": integer}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from omegitops.commands.common import add_repo_args, print_errors, print_json, print_yaml, table
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_table(views))
     print_errors(loaded.result.errors)
+    for warning in loaded.result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0 if loaded.result.ok else 1
 
 

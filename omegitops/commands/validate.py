@@ -63,13 +63,15 @@ def run(args: argparse.Namespace) -> int:
                 for s in loaded.repo.skipped
             ],
             "errors": [e.to_dict() for e in result.errors],
+            "warnings": [e.to_dict() for e in result.warnings],
         })
         return 0 if result.ok else 1
     services = sum(1 for m in valid if m.id.kind == INFERENCE_SERVICE)
     print(
         f"{loaded.root}: {loaded.repo.files} files, {len(valid)} valid objects "
         f"({services} InferenceServices, {len(valid) - services} runtimes), "
-        f"{len(result.errors)} errors, {len(loaded.repo.skipped)} skipped"
+        f"{len(result.errors)} errors, {len(result.warnings)} warnings, "
+        f"{len(loaded.repo.skipped)} skipped"
     )
     print(f"operator values: {loaded.values_path or 'none (nothing set by the operator)'}")
     if valid:
@@ -84,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
         rows = [(f"{s.kind} {s.name}".strip(), s.api_version, f"{s.path}:{s.line}")
                 for s in loaded.repo.skipped]
         print(_indent(table(("OBJECT", "API VERSION", "FILE"), rows)))
+    if result.warnings:
+        print("\nwarnings (nothing omegitops manages depends on these):")
+        for warning in result.warnings:
+            print(f"  {warning}")
     if result.errors:
         print("\ninvalid:")
         for error in result.errors:

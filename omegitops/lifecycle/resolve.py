@@ -82,14 +82,11 @@ class ComponentLifecycle:
         for name, resolved in sorted(self.fields.items()):
             if resolved.source == DEFAULT or name not in SPEC_FIELDS:
                 continue
-            value = resolved.value
-            if name == "instanceReadyTimeout":
-                value = resolved.path and resolved.path[-1] == "instanceReadyTimeout" and value
             target = spec
             *parents, leaf = SPEC_FIELDS[name]
             for parent in parents:
                 target = target.setdefault(parent, {})
-            target[leaf] = value
+            target[leaf] = resolved.value
         return spec
 
 

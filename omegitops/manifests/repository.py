@@ -171,6 +171,10 @@ def _classify(repo: Repository, rel: str, doc: Document) -> None:
         )
         return
     api_version, kind = data.get("apiVersion"), data.get("kind")
+    if api_version is None and kind is None:
+        # Values files, kustomize configs and the like live beside manifests.
+        repo.skipped.append(Skipped(rel, doc.line, "", "", "(not a Kubernetes object)"))
+        return
     if not isinstance(api_version, str) or not isinstance(kind, str):
         repo.errors.append(
             ManifestError(rel, doc.line, "document has no apiVersion and kind (strings)")

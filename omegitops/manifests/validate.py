@@ -32,7 +32,6 @@ from omegitops.manifests.repository import (
     Repository,
 )
 from omegitops.manifests.schemas import validator
-from omegitops.manifests.yamlfile import key_line
 
 MAX_ERRORS_PER_OBJECT = 20
 BUDGET_FIELDS = ("maxSurge", "maxUnavailable")
@@ -56,6 +55,7 @@ class ValidationResult:
     catalog: Catalog
     valid: list[Manifest]
     errors: list[ManifestError]
+    warnings: list[ManifestError] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -99,10 +99,7 @@ def _schema_error(manifest: Manifest, err: ValidationError) -> ManifestError:
         if extras:
             field_path = path + (extras[0],)
             hint = f"; expected one of: {', '.join(allowed)}" if 0 < len(allowed) <= 12 else ""
-            located = manifest.error(field_path, f"unknown field{hint}")
-            line = key_line(manifest.doc.node, field_path)
-            return ManifestError(located.path, line or located.line, located.message,
-                                 located.obj, located.field)
+            return manifest.error(field_path, f"unknown field{hint}")
     message = err.message
     if err.context:
         hints = list(dict.fromkeys(sub.message for sub in err.context))[:3]
@@ -143,12 +140,11 @@ def service_errors(
     name = dig(service.data, ref_path)
     errors = []
     if name and runtime is None:
-        where = f"namespace {service.id.namespace} or the cluster"
         if _find_runtime(runtimes, service) is not None:
             message = f"runtime {name!r} is invalid (see its errors)"
         else:
-            message = f"runtime {name!r} not found (no ServingRuntime in {where}, " \
-                      "no ClusterServingRuntime)"
+            message = (f"runtime {name!r} not found: no ServingRuntime "
+                       f"{service.id.namespace}/{name} and no ClusterServingRuntime {name}")
         errors.append(service.error(ref_path, message))
         return errors
     runtime_data = runtime.data if runtime else None
@@ -191,35 +187,70 @@ def _stuck_budget_errors(
     return []
 
 
+def _is_managed(service: Manifest, runtime: Manifest | None, operator: OperatorSettings) -> bool:
+    """Whether any component of ``service`` runs on OMENative."""
+    data = runtime.data if runtime else None
+    return any(
+        resolve_mode(service.data, data, component, operator).value == OMENATIVE
+        for component in components_of(service.data, data)
+    )
+
+
+def _duplicate_message(copies: list[Manifest], copy: Manifest) -> str:
+    others = ", ".join(f"{m.path}:{m.line}" for m in copies if m is not copy)
+    return f"duplicate object, also defined at {others}"
+
+
 def validate_repository(repo: Repository, operator: OperatorSettings) -> ValidationResult:
-    """Validate every manifest of ``repo``; pure apart from reading the schemas."""
+    """Validate every manifest of ``repo``; pure apart from reading the schemas.
+
+    Two definitions of one object are an error when omegitops would have to
+    pick one to act on: an OMENative service, or a runtime such a service
+    uses. Duplicates that nothing managed depends on (a catalogue of
+    alternative samples, say) are reported as warnings.
+    """
     errors = list(repo.errors)
-    first_seen: dict[ResourceId, Manifest] = {}
+    warnings: list[ManifestError] = []
+    copies: dict[ResourceId, list[Manifest]] = {}
+    for manifest in repo.manifests:
+        copies.setdefault(manifest.id, []).append(manifest)
     candidates: list[Manifest] = []
     for manifest in repo.manifests:
-        if manifest.id in first_seen:
-            first = first_seen[manifest.id]
-            errors.append(manifest.error(
-                (), f"duplicate object, already defined at {first.path}:{first.line}"
-            ))
-            continue
-        first_seen[manifest.id] = manifest
         own = schema_errors(manifest) or percentage_errors(manifest)
         if own:
             errors.extend(own)
-        else:
+        elif copies[manifest.id][0] is manifest:
             candidates.append(manifest)
     runtimes = {m.id: m for m in candidates if m.id.kind != INFERENCE_SERVICE}
-    all_runtimes = {m.id: m for m in first_seen.values() if m.id.kind != INFERENCE_SERVICE}
+    all_runtimes = {ids[0].id: ids[0] for ids in copies.values()
+                    if ids[0].id.kind != INFERENCE_SERVICE}
     catalog = Catalog(runtimes=runtimes)
-    valid = [m for m in candidates if m.id.kind != INFERENCE_SERVICE]
+    valid = []
+    ambiguous: set[ResourceId] = set()
     for service in (m for m in candidates if m.id.kind == INFERENCE_SERVICE):
         runtime = catalog.runtime_for(service)
         problems = service_errors(service, runtime, all_runtimes, operator)
+        managed = not problems and _is_managed(service, runtime, operator)
+        if managed and len(copies[service.id]) > 1:
+            ambiguous.add(service.id)
+            continue
+        if managed and runtime is not None and len(copies[runtime.id]) > 1:
+            ambiguous.add(runtime.id)
+            problems = [service.error(("spec", "runtime", "name"), (
+                f"runtime {runtime.id.name!r} is defined more than once; "
+                "omegitops cannot tell which one to use"))]
         if problems:
             errors.extend(problems)
         else:
             catalog.services.append(service)
             valid.append(service)
+    for rid, defined in copies.items():
+        if len(defined) < 2:
+            continue
+        target = errors if rid in ambiguous else warnings
+        for copy in defined:
+            target.append(copy.error((), _duplicate_message(defined, copy)))
+    valid.extend(m for m in candidates if m.id.kind != INFERENCE_SERVICE)
     errors.sort(key=lambda e: (e.path, e.line or 0))
-    return ValidationResult(catalog=catalog, valid=valid, errors=errors)
+    warnings.sort(key=lambda e: (e.path, e.line or 0))
+    return ValidationResult(catalog=catalog, valid=valid, errors=errors, warnings=warnings)

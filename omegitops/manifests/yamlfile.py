@@ -46,38 +46,28 @@ class Document:
         return self.node.start_mark.line + 1
 
     def line_of(self, path: tuple[str | int, ...]) -> int:
-        """Line of the deepest node along ``path`` (a field that is absent
-        reports its parent's line, which is where it would have to go)."""
-        node = self.node
+        """Line of the deepest field along ``path``: the line of its key (a
+        nested mapping starts on the line after), or of a list item. A field
+        that is absent reports its parent's line, where it would have to go."""
+        node, line = self.node, self.node.start_mark.line + 1
         for part in path:
-            child = _child(node, part)
-            if child is None:
+            found = _child(node, part)
+            if found is None:
                 break
-            node = child
-        return node.start_mark.line + 1
+            key, node = found
+            line = (key or node).start_mark.line + 1
+        return line
 
 
-def _child(node: yaml.Node, part: str | int) -> yaml.Node | None:
+def _child(node: yaml.Node, part: str | int) -> tuple[yaml.Node | None, yaml.Node] | None:
+    """(key node, value node) of ``part`` under ``node``; the key is None in a list."""
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             if isinstance(key, yaml.ScalarNode) and key.value == str(part):
-                return value
+                return key, value
     elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
         if 0 <= part < len(node.value):
-            return node.value[part]
-    return None
-
-
-def key_line(node: yaml.Node, path: tuple[str | int, ...]) -> int | None:
-    """Line of the *key* at the end of ``path`` (for unexpected-field errors)."""
-    for part in path[:-1]:
-        node = _child(node, part)
-        if node is None:
-            return None
-    if isinstance(node, yaml.MappingNode):
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.value == str(path[-1]):
-                return key.start_mark.line + 1
+            return None, node.value[part]
     return None
 
 

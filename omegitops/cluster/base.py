@@ -1,0 +1,149 @@
+"""The one interface the planner sees: a small slice of the Kubernetes API.
+
+Objects are plain Kubernetes-shaped JSON dicts (``apiVersion``, ``kind``,
+``metadata``, ``spec``, ``status``). Every method returns a copy the caller may
+keep or change; nothing changes on the cluster until a write method is called.
+Timestamps in objects are RFC3339 strings (``2026-09-27T08:14:02Z``).
+
+Two backends implement it: ``sim:PATH`` (``omegitops.cluster.sim``), a simulated
+cluster with its own clock, and later ``kube``, a real cluster. Both are context
+managers: entering takes the cluster for this run (a lock file, or a Lease),
+leaving saves and releases it.
+"""
+
+from __future__ import annotations
+
+import abc
+from datetime import datetime
+from types import TracebackType
+
+# The kinds ``list_objects`` and friends serve besides pods.
+INFERENCE_REPLICA = "InferenceReplica"
+CONTROLLER_REVISION = "ControllerRevision"
+SERVICE = "Service"
+POD_GROUP = "PodGroup"
+EVENT = "Event"
+NODE = "Node"
+POD = "Pod"
+
+# The readiness gate OME uses to put a pod into rotation.
+SERVING_GATE = "ome.io/serving"
+
+
+class Cluster(abc.ABC):
+    """A Kubernetes-like cluster: pods, a few other kinds, events and a clock."""
+
+    # -- lifetime -------------------------------------------------------------
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    # -- time -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def now(self) -> datetime:
+        """The cluster's current time, an aware UTC datetime."""
+
+    @abc.abstractmethod
+    def advance(self, seconds: float) -> datetime:
+        """Let ``seconds`` pass and return the new time.
+
+        A simulated cluster moves its clock and runs every transition on the way;
+        a real one just waits.
+        """
+
+    @abc.abstractmethod
+    def next_transition_at(self) -> datetime | None:
+        """When something will next change by itself, or None if nothing will.
+
+        It can be ``now()`` when work is due at once (a new pod to schedule).
+        A real cluster cannot know and returns None.
+        """
+
+    # -- discovery ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def has_kind(self, kind: str) -> bool:
+        """Whether the cluster serves that kind, e.g. whether the PodGroup CRD is installed."""
+
+    # -- pods -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def list_pods(self, labels: dict[str, str] | None = None) -> list[dict]:
+        """Pods of all namespaces whose labels include every ``labels`` pair."""
+
+    @abc.abstractmethod
+    def create_pod(self, pod: dict) -> dict:
+        """Create a pod; it comes back with uid, creationTimestamp, resourceVersion, phase Pending.
+
+        AlreadyExists if the name is taken, even by a terminating pod.
+        """
+
+    @abc.abstractmethod
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """Start a graceful deletion (deletionTimestamp = now + grace).
+
+        The grace defaults to the pod's terminationGracePeriodSeconds, else 30.
+        Deleting again never extends the deadline. NotFound if absent.
+        """
+
+    @abc.abstractmethod
+    def set_pod_condition(
+        self,
+        namespace: str,
+        name: str,
+        type: str,
+        status: bool,
+        reason: str = "",
+        message: str = "",
+    ) -> dict:
+        """Set a pod status condition such as the ``ome.io/serving`` readiness gate."""
+
+    @abc.abstractmethod
+    def patch_pod_images(self, namespace: str, name: str, images: dict[str, str]) -> dict:
+        """Change container images in place (container name -> image).
+
+        The only in-place spec change: the kubelet restarts each changed container.
+        """
+
+    # -- other kinds ----------------------------------------------------------
+
+    @abc.abstractmethod
+    def list_objects(self, kind: str, labels: dict[str, str] | None = None) -> list[dict]:
+        """Every object of a kind in all namespaces, optionally filtered by labels."""
+
+    @abc.abstractmethod
+    def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        """One object, or None. ``namespace`` is ignored for cluster-scoped kinds (Node)."""
+
+    @abc.abstractmethod
+    def create_object(self, obj: dict) -> dict:
+        """Create an object; AlreadyExists if the name is taken."""
+
+    @abc.abstractmethod
+    def replace_object(self, obj: dict) -> dict:
+        """Replace metadata and spec. Conflict unless metadata.resourceVersion is current."""
+
+    @abc.abstractmethod
+    def replace_status(self, obj: dict) -> dict:
+        """Replace status only (the status subresource); same resourceVersion rule."""
+
+    @abc.abstractmethod
+    def delete_object(self, kind: str, namespace: str | None, name: str) -> None:
+        """Delete an object; NotFound if absent. Finalizers keep it, terminating, until cleared."""
+
+    @abc.abstractmethod
+    def record_event(self, event: dict) -> dict:
+        """Record a core/v1 Event about ``event["involvedObject"]``.
+
+        A repeat (same involved object, type, reason and message) is aggregated
+        into the existing Event: count + 1, lastTimestamp = now.
+        """

@@ -1,0 +1,34 @@
+"""Errors of the cluster layer. Each names the object it is about as ``Kind/ns/name``."""
+
+from __future__ import annotations
+
+from omegitops.errors import ClusterError
+
+
+def object_id(kind: str, namespace: str | None, name: str) -> str:
+    """``Kind/ns/name`` for namespaced objects, ``Kind/name`` for cluster-scoped ones."""
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+class NotFound(ClusterError):
+    """The object (or the kind) does not exist (HTTP 404)."""
+
+
+class AlreadyExists(ClusterError):
+    """An object of that kind and name exists already (HTTP 409 AlreadyExists)."""
+
+
+class Conflict(ClusterError):
+    """A write based on a stale resourceVersion (HTTP 409 Conflict): read again and retry."""
+
+
+class Invalid(ClusterError):
+    """The API server refuses the object or the change (HTTP 422)."""
+
+
+class Transient(ClusterError):
+    """A failure worth retrying: timeout, throttling, connection reset (HTTP 429/5xx)."""
+
+
+class LockHeld(ClusterError):
+    """Another process holds the cluster (a lock file on ``sim:``, a Lease on a real cluster)."""

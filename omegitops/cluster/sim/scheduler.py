@@ -1,0 +1,165 @@
+"""A small kube-scheduler: first fit in stable node order, with kube's filters and messages.
+
+Filters, in the order kube-scheduler runs them, each node reporting the first
+one that fails: NodeUnschedulable, TaintToleration, NodeAffinity (nodeSelector
+and required node affinity), NodeResourcesFit (cpu, memory, GPUs, pod count).
+A pod that fits nowhere gets kube's summary, e.g.
+``0/8 nodes are available: 8 Insufficient nvidia.com/gpu.``
+Pure: it reads node and pod dicts and returns decisions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from omegitops.cluster.quantities import parse_milli
+from omegitops.cluster.sim.nodes import UNSCHEDULABLE_TAINT, is_ready
+
+RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+POD_SLOT = "pods"
+
+
+def pod_requests(pod: dict) -> dict[str, int]:
+    """Milli-unit requests of a pod: containers summed, init containers as their maximum.
+
+    A container's limit counts as its request when it sets no request, as the
+    API server defaults it. Every pod also takes one of the node's pod slots.
+    """
+    spec = pod.get("spec", {})
+    total = _sum(spec.get("containers") or [])
+    for init in spec.get("initContainers") or []:
+        for name, amount in _container_requests(init).items():
+            total[name] = max(total.get(name, 0), amount)
+    total[POD_SLOT] = 1000
+    return total
+
+
+def _sum(containers: list[dict]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for container in containers:
+        for name, amount in _container_requests(container).items():
+            total[name] = total.get(name, 0) + amount
+    return total
+
+
+def _container_requests(container: dict) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return {name: parse_milli(value) for name, value in merged.items() if name in RESOURCES}
+
+
+@dataclass
+class NodeRoom:
+    """A node as the scheduler sees it during one round: what it offers and what is taken."""
+
+    name: str
+    node: dict
+    allocatable: dict[str, int]
+    used: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, node: dict) -> NodeRoom:
+        allocatable = node.get("status", {}).get("allocatable", {})
+        return cls(
+            name=node["metadata"]["name"],
+            node=node,
+            allocatable={k: parse_milli(v) for k, v in allocatable.items()},
+        )
+
+    def take(self, requests: dict[str, int]) -> None:
+        for name, amount in requests.items():
+            self.used[name] = self.used.get(name, 0) + amount
+
+
+def failures(pod: dict, requests: dict[str, int], room: NodeRoom) -> list[str]:
+    """Why the pod cannot go on this node: kube's reason strings, empty if it fits."""
+    node = room.node
+    tolerations = pod["spec"].get("tolerations") or []
+    if node["spec"].get("unschedulable") and not _tolerates(
+        tolerations, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+    ):
+        return ["node(s) were unschedulable"]
+    for taint in node["spec"].get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
+            return [f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"]
+    if not is_ready(node):
+        return ["node(s) were not ready"]
+    if not _matches_selector(pod, node):
+        return ["node(s) didn't match Pod's node affinity/selector"]
+    return _insufficient(requests, room)
+
+
+def _insufficient(requests: dict[str, int], room: NodeRoom) -> list[str]:
+    reasons = []
+    for name, amount in requests.items():
+        if amount and room.used.get(name, 0) + amount > room.allocatable.get(name, 0):
+            reasons.append("Too many pods" if name == POD_SLOT else f"Insufficient {name}")
+    return reasons
+
+
+def _tolerates(tolerations: list[dict], taint: dict) -> bool:
+    return any(_tolerates_one(t, taint) for t in tolerations)
+
+
+def _tolerates_one(toleration: dict, taint: dict) -> bool:
+    # The rules of k8s.io/api/core/v1 Toleration.ToleratesTaint.
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if toleration.get("operator") == "Exists":
+        return not key or key == taint.get("key")
+    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def _matches_selector(pod: dict, node: dict) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    selector = pod["spec"].get("nodeSelector") or {}
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    affinity = (pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        return True
+    fields = {"metadata.name": node["metadata"]["name"]}
+    # Terms are ORed; the expressions inside a term are ANDed.
+    return any(
+        all(_holds(e, labels) for e in term.get("matchExpressions") or [])
+        and all(_holds(e, fields) for e in term.get("matchFields") or [])
+        for term in terms
+    )
+
+
+def _holds(expression: dict, values: dict[str, str]) -> bool:
+    key, operator = expression.get("key"), expression.get("operator")
+    wanted = expression.get("values") or []
+    present = key in values
+    match operator:
+        case "In":
+            return present and values[key] in wanted
+        case "NotIn":
+            return not present or values[key] not in wanted
+        case "Exists":
+            return present
+        case "DoesNotExist":
+            return not present
+        case "Gt" | "Lt":
+            try:
+                actual, bound = int(values[key]), int(wanted[0])
+            except (KeyError, IndexError, ValueError):
+                return False
+            return actual > bound if operator == "Gt" else actual < bound
+    return False
+
+
+def place(pod: dict, requests: dict[str, int], rooms: list[NodeRoom]) -> tuple[NodeRoom | None, str]:
+    """The first node the pod fits on, or None and kube's "0/N nodes are available" message."""
+    reasons: Counter[str] = Counter()
+    for room in rooms:
+        why = failures(pod, requests, room)
+        if not why:
+            return room, ""
+        reasons.update(why)
+    summary = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
+    return None, f"0/{len(rooms)} nodes are available: {summary}."

@@ -1,0 +1,68 @@
+"""Shared fixtures: small repositories written on the fly, and the CLI run in-process."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from omegitops.cli import main
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO_ROOT / "examples"
+SHARED_OME = REPO_ROOT.parent / "shared" / "ome"
+
+
+def write_repo(root: Path, files: dict[str, str]) -> Path:
+    """Write ``{relative path: YAML text}`` under ``root`` (text is dedented)."""
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``omegitops ARGS`` in-process; returns (exit code, stdout, stderr)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+RUNTIME = """
+apiVersion: ome.io/v1beta1
+kind: ClusterServingRuntime
+metadata:
+  name: srt-small
+spec:
+  engineConfig:
+    runner:
+      name: ome-container
+      image: docker.io/lmsysorg/sglang:v0.5.5
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+"""
+
+SERVICE = """
+apiVersion: ome.io/v1beta1
+kind: InferenceService
+metadata:
+  name: small
+  namespace: demo
+spec:
+  deploymentMode: OMENative
+  model:
+    name: small-model
+  runtime:
+    name: srt-small
+  engine:
+    minReplicas: 2
+    maxReplicas: 2
+"""

@@ -1,0 +1,202 @@
+"""``omegitops validate``: every bad input gets an error naming file, line and field."""
+
+import json
+
+import pytest
+
+from tests.conftest import RUNTIME, SERVICE, write_repo
+
+
+def repo_with(tmp_path, service=SERVICE, runtime=RUNTIME, **extra):
+    files = {"runtimes/small.yaml": runtime, "services/small.yaml": service, **extra}
+    return str(write_repo(tmp_path, files))
+
+
+def test_valid_repository(cli, tmp_path):
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path))
+    assert code == 0
+    assert "InferenceService demo/small" in out and "OMENative (engine)" in out
+
+
+def test_the_issues_example_message(cli, tmp_path):
+    service = SERVICE + "    lifecycle:\n      minReadySeconds: -5\n"
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, service=service))
+    assert code == 1
+    assert (
+        "services/small.yaml:16: InferenceService demo/small: "
+        "spec.engine.lifecycle.minReadySeconds: -5 is less than the minimum of 0" in out
+    )
+
+
+def test_valid_objects_are_still_listed_beside_errors(cli, tmp_path):
+    service = SERVICE + "    lifecycle:\n      minReadySeconds: -5\n"
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, service=service), "-o", "json")
+    report = json.loads(out)
+    assert code == 1
+    assert [v["object"] for v in report["valid"]] == ["ClusterServingRuntime srt-small"]
+    assert report["errors"][0]["field"] == "spec.engine.lifecycle.minReadySeconds"
+    assert report["errors"][0]["line"] == 16
+
+
+@pytest.mark.parametrize(
+    "addition, expected",
+    [
+        ("    lifecycle:\n      updateStrategy:\n        type: BlueGreen\n",
+         ":17: InferenceService demo/small: spec.engine.lifecycle.updateStrategy.type: "
+         "'BlueGreen' is not one of"),
+        ("    lifecycle:\n      minReadySeconds: soon\n",
+         ":16: InferenceService demo/small: spec.engine.lifecycle.minReadySeconds: "
+         "'soon' is not of type 'integer'"),
+        ("    lifecycle:\n      restartPolicy: Always\n",
+         "spec.engine.lifecycle.restartPolicy: 'Always' is not one of"),
+        ("    lifecycle:\n      minReadySecond: 5\n",
+         ":16: InferenceService demo/small: spec.engine.lifecycle.minReadySecond: unknown field"),
+        ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n          maxSurge: 150%\n",
+         ":18: InferenceService demo/small: "
+         "spec.engine.lifecycle.updateStrategy.rollingUpdate.maxSurge: 150% is more than 100%"),
+        ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n          partition: -1\n",
+         "spec.engine.lifecycle.updateStrategy.rollingUpdate.partition: -1 is less than"),
+        ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n"
+         "          maxSurge: 0\n          maxUnavailable: 0\n",
+         "under SurgeThenDrain: no Instance could ever move"),
+        ("    lifecycle:\n      updateStrategy:\n        type: RecreatePod\n        rollingUpdate:\n"
+         "          maxUnavailable: 0%\n",
+         "spec.engine.lifecycle.updateStrategy.rollingUpdate.maxUnavailable: maxUnavailable 0% "
+         "(from isvc) under RecreatePod: no Instance could ever move"),
+        ("    lifecycle:\n      instanceReadyTimeout: 30 minutes\n",
+         "spec.engine.lifecycle.instanceReadyTimeout: '30 minutes' does not match"),
+    ],
+)
+def test_bad_lifecycle_values(cli, tmp_path, addition, expected):
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, service=SERVICE + addition))
+    assert code == 1
+    assert expected in out
+
+
+def test_zero_budgets_from_the_runtime_are_named(cli, tmp_path):
+    runtime = RUNTIME + ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n"
+                         "          maxSurge: 0\n          maxUnavailable: 0\n")
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, runtime=runtime))
+    assert code == 1
+    assert "maxSurge 0 (from runtime) and maxUnavailable 0 (from runtime)" in out
+
+
+def test_zero_surge_alone_is_fine_when_unavailability_is_allowed(cli, tmp_path):
+    service = SERVICE + ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n"
+                         "          maxSurge: 0\n          maxUnavailable: 1\n")
+    code, _, _ = cli("validate", "--repo", repo_with(tmp_path, service=service))
+    assert code == 0
+
+
+def test_malformed_yaml_does_not_stop_the_others(cli, tmp_path):
+    repo = repo_with(tmp_path, **{"services/broken.yaml": "kind: [unclosed\n"})
+    code, out, _ = cli("validate", "--repo", repo)
+    assert code == 1
+    assert "services/broken.yaml:" in out
+    assert "InferenceService demo/small" in out.split("invalid:")[0]
+
+
+def test_missing_runtime(cli, tmp_path):
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, runtime="{}\n"))
+    assert code == 1
+    assert ("services/small.yaml:11: InferenceService demo/small: spec.runtime.name: "
+            "runtime 'srt-small' not found") in out
+
+
+def test_invalid_runtime_makes_its_services_invalid(cli, tmp_path):
+    runtime = RUNTIME.replace("nvidia.com/gpu: 1", "nvidia.com/gpu: 1\n    bogus: 1")
+    runtime = RUNTIME + "    lifecycle:\n      minReadySeconds: -1\n"
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, runtime=runtime))
+    assert code == 1
+    assert "runtime 'srt-small' is invalid (see its errors)" in out
+
+
+def test_omenative_service_without_runtime_name(cli, tmp_path):
+    service = SERVICE.replace("  runtime:\n    name: srt-small\n", "")
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, service=service))
+    assert code == 1
+    assert "component engine runs on OMENative but the service names no runtime" in out
+
+
+def test_duplicate_objects_name_both_places(cli, tmp_path):
+    repo = repo_with(tmp_path, **{"services/copy.yaml": SERVICE})
+    code, out, _ = cli("validate", "--repo", repo)
+    assert code == 1
+    assert ("services/small.yaml:1: InferenceService demo/small: duplicate object, "
+            "also defined at services/copy.yaml:1") in out
+    assert "InferenceService demo/small" not in out.split("invalid:")[0]
+
+
+def test_duplicate_runtime_used_by_an_omenative_service(cli, tmp_path):
+    repo = repo_with(tmp_path, **{"runtimes/copy.yaml": RUNTIME})
+    code, out, _ = cli("validate", "--repo", repo)
+    assert code == 1
+    assert "ClusterServingRuntime srt-small: duplicate object, also defined at" in out
+    assert "runtime 'srt-small' is defined more than once" in out
+
+
+def test_duplicates_nothing_managed_depends_on_are_warnings(cli, tmp_path):
+    raw = SERVICE.replace("deploymentMode: OMENative", "deploymentMode: RawDeployment")
+    repo = repo_with(tmp_path, service=raw, **{"services/copy.yaml": raw})
+    code, out, _ = cli("validate", "--repo", repo)
+    assert code == 0
+    assert "warnings" in out and "duplicate object, also defined at" in out
+
+
+def test_wrong_types_and_bad_names(cli, tmp_path):
+    service = SERVICE.replace("name: small\n", "name: Small_One\n").replace(
+        "minReplicas: 2", "minReplicas: two")
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, service=service))
+    assert code == 1
+    assert "metadata.name: 'Small_One' does not match" in out
+    assert "spec.engine.minReplicas: 'two' is not of type 'integer'" in out
+
+
+def test_non_mapping_documents_and_missing_kind(cli, tmp_path):
+    repo = repo_with(tmp_path, **{"a.yaml": "- 1\n- 2\n", "b.yaml": "apiVersion: v1\nname: x\n"})
+    code, out, _ = cli("validate", "--repo", repo)
+    assert code == 1
+    assert "a.yaml:1: a manifest must be a mapping, found a list" in out
+    assert "b.yaml:1: document has no apiVersion and kind" in out
+
+
+def test_unmanaged_kinds_are_skipped_and_listed(cli, tmp_path):
+    repo = repo_with(tmp_path, **{"ns.yaml": "apiVersion: v1\nkind: Namespace\nmetadata:\n"
+                                             "  name: demo\n"})
+    code, out, _ = cli("validate", "--repo", repo)
+    assert code == 0
+    assert "Namespace demo" in out.split("skipped (kinds")[1]
+
+
+def test_empty_repository_is_an_error(cli, tmp_path):
+    code, out, _ = cli("validate", "--repo", str(tmp_path))
+    assert code == 1
+    assert "holds no InferenceService or runtime" in out
+
+
+def test_missing_repository_is_an_error(cli, tmp_path):
+    code, out, _ = cli("validate", "--repo", str(tmp_path / "nope"))
+    assert code == 1
+    assert "repository folder does not exist" in out
+
+
+def test_invalid_operator_values_stop_the_run(cli, tmp_path):
+    repo = repo_with(tmp_path, **{"ome-values.yaml": "ome:\n  controller:\n"
+                                                     "    minReadySeconds: -30\n"})
+    code, out, err = cli("resolve", "--repo", repo)
+    assert code == 1 and out == ""
+    assert err.strip() == ("omegitops: error: ome-values.yaml:3: invalid deploy config, "
+                           "minReadySeconds must be >= 0, got -30")
+
+
+def test_operator_values_with_wrong_types(cli, tmp_path):
+    repo = repo_with(tmp_path, **{"ome-values.yaml": "- a\n- b\n"})
+    code, _, err = cli("validate", "--repo", repo)
+    assert code == 1
+    assert "ome-values.yaml:1: (top level): ['a', 'b'] is not of type 'object'" in err
+
+
+def test_operator_values_file_named_on_the_command_line_must_exist(cli, tmp_path):
+    code, _, err = cli("validate", "--repo", repo_with(tmp_path), "--operator-values", "x.yaml")
+    assert code == 1
+    assert "x.yaml: operator values file not found" in err
