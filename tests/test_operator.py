@@ -25,8 +25,8 @@ def controller(**settings):
         ({"updateStrategy": {"engine": {"maxSurge": 0, "maxUnavailable": "0%"}}},
          "invalid deploy config, updateStrategy.engine: maxSurge and maxUnavailable cannot both"),
         ({"updateStrategy": {"decoder": {"type": "RecreatePod", "maxUnavailable": 0}}},
-         "invalid deploy config, updateStrategy.decoder.maxUnavailable must be > 0 under "
-         "RecreatePod"),
+         ("invalid deploy config, updateStrategy.decoder.maxUnavailable must be > 0 under "
+         "RecreatePod")),
         ({"updateStrategy": {"router": {"type": "Rolling"}}},
          "invalid deploy config, updateStrategy.router.type must be one of"),
         ({"updateStrategy": {"engine": {"maxSurge": "150%"}}},

@@ -42,27 +42,27 @@ def test_valid_objects_are_still_listed_beside_errors(cli, tmp_path):
     "addition, expected",
     [
         ("    lifecycle:\n      updateStrategy:\n        type: BlueGreen\n",
-         ":17: InferenceService demo/small: spec.engine.lifecycle.updateStrategy.type: "
-         "'BlueGreen' is not one of"),
+         (":17: InferenceService demo/small: spec.engine.lifecycle.updateStrategy.type: "
+         "'BlueGreen' is not one of")),
         ("    lifecycle:\n      minReadySeconds: soon\n",
-         ":16: InferenceService demo/small: spec.engine.lifecycle.minReadySeconds: "
-         "'soon' is not of type 'integer'"),
+         (":16: InferenceService demo/small: spec.engine.lifecycle.minReadySeconds: "
+         "'soon' is not of type 'integer'")),
         ("    lifecycle:\n      restartPolicy: Always\n",
          "spec.engine.lifecycle.restartPolicy: 'Always' is not one of"),
         ("    lifecycle:\n      minReadySecond: 5\n",
          ":16: InferenceService demo/small: spec.engine.lifecycle.minReadySecond: unknown field"),
         ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n          maxSurge: 150%\n",
-         ":18: InferenceService demo/small: "
-         "spec.engine.lifecycle.updateStrategy.rollingUpdate.maxSurge: 150% is more than 100%"),
+         (":18: InferenceService demo/small: "
+         "spec.engine.lifecycle.updateStrategy.rollingUpdate.maxSurge: 150% is more than 100%")),
         ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n          partition: -1\n",
          "spec.engine.lifecycle.updateStrategy.rollingUpdate.partition: -1 is less than"),
-        ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n"
-         "          maxSurge: 0\n          maxUnavailable: 0\n",
+        (("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n"
+         "          maxSurge: 0\n          maxUnavailable: 0\n"),
          "under SurgeThenDrain: no Instance could ever move"),
-        ("    lifecycle:\n      updateStrategy:\n        type: RecreatePod\n        rollingUpdate:\n"
-         "          maxUnavailable: 0%\n",
-         "spec.engine.lifecycle.updateStrategy.rollingUpdate.maxUnavailable: maxUnavailable 0% "
-         "(from isvc) under RecreatePod: no Instance could ever move"),
+        (("    lifecycle:\n      updateStrategy:\n        type: RecreatePod\n        rollingUpdate:\n"
+         "          maxUnavailable: 0%\n"),
+         ("spec.engine.lifecycle.updateStrategy.rollingUpdate.maxUnavailable: maxUnavailable 0% "
+         "(from isvc) under RecreatePod: no Instance could ever move")),
         ("    lifecycle:\n      instanceReadyTimeout: 30 minutes\n",
          "spec.engine.lifecycle.instanceReadyTimeout: '30 minutes' does not match"),
     ],

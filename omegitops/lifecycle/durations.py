@@ -50,7 +50,7 @@ def format_duration(seconds: float | None) -> str:
     """The shortest Go spelling of whole seconds: 5400 -> ``1h30m``, 0 -> ``0s``."""
     if seconds is None:
         return ""
-    whole = int(round(seconds))
+    whole = round(seconds)
     sign = "-" if whole < 0 else ""
     whole = abs(whole)
     hours, rest = divmod(whole, 3600)

@@ -215,8 +215,8 @@ def resolve_component(
     shape, workers = shape_of(component_spec, runtime_config)
     replicas = _replicas(component_spec, runtime_config)
     mode = resolve_mode(isvc, runtime, component, operator)
-    base = dict(component=component, mode=mode, shape=shape, worker_size=workers,
-                replicas=replicas)
+    base = {"component": component, "mode": mode, "shape": shape, "worker_size": workers,
+            "replicas": replicas}
     if mode.value != OMENATIVE:
         return ComponentLifecycle(**base)
     return ComponentLifecycle(**base, fields=_fields(isvc, runtime, component, shape, operator))

@@ -7,9 +7,13 @@ from pathlib import Path
 
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import ComponentLifecycle, components_of, dig, resolve_component
-from omegitops.manifests.repository import DEFAULT_VALUES_FILE, Manifest, read_repository
 from omegitops.manifests.operator_values import read_operator_values
-from omegitops.manifests.repository import Repository
+from omegitops.manifests.repository import (
+    DEFAULT_VALUES_FILE,
+    Manifest,
+    Repository,
+    read_repository,
+)
 from omegitops.manifests.validate import ValidationResult, validate_repository
 
 

@@ -6,8 +6,9 @@ on, and it never stops the valid ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from jsonschema.exceptions import ValidationError
 

@@ -7,8 +7,9 @@ cross-object check) can be traced back to its line without parsing twice.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 
@@ -65,9 +66,10 @@ def _child(node: yaml.Node, part: str | int) -> tuple[yaml.Node | None, yaml.Nod
         for key, value in node.value:
             if isinstance(key, yaml.ScalarNode) and key.value == str(part):
                 return key, value
-    elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-        if 0 <= part < len(node.value):
-            return None, node.value[part]
+    elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and (
+        0 <= part < len(node.value)
+    ):
+        return None, node.value[part]
     return None
 
 
