@@ -11,7 +11,7 @@ from omegitops.errors import ClusterError, UsageError
 
 DEFAULT_CLUSTER = "sim:.omegitops/cluster.json"
 
-__all__ = ["Cluster", "DEFAULT_CLUSTER", "open_cluster", "sim_path"]
+__all__ = ["DEFAULT_CLUSTER", "Cluster", "open_cluster", "sim_path"]
 
 
 def sim_path(spec: str) -> str:

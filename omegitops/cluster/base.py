@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 from datetime import datetime
 from types import TracebackType
+from typing import Self
 
 # The kinds ``list_objects`` and friends serve besides pods.
 INFERENCE_REPLICA = "InferenceReplica"
@@ -35,7 +36,7 @@ class Cluster(abc.ABC):
 
     # -- lifetime -------------------------------------------------------------
 
-    def __enter__(self) -> Cluster:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -17,10 +17,10 @@ _DECIMAL = {
 }
 
 
-def parse_milli(value: str | int | float) -> int:
+def parse_milli(value: str | float) -> int:
     """The quantity in thousandths, rounded up as Kubernetes rounds requests: ``"1.5"`` -> 1500."""
     if isinstance(value, bool):
-        raise ValueError(f"not a quantity: {value!r}")
+        raise TypeError(f"not a quantity: {value!r}")
     if isinstance(value, (int, float)):
         return ceil(Decimal(str(value)) * 1000)
     text = value.strip()

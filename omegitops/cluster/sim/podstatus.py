@@ -30,12 +30,12 @@ def go_duration(seconds: float) -> str:
     return f"{minutes}m{rest}s" if minutes else f"{rest}s"
 
 
-def render_unscheduled(pod: dict, rec: dict, now: float) -> None:
-    """A pod the scheduler has not placed: Pending, with its Unschedulable message once tried."""
+def render_unscheduled(pod: dict, rec: dict, now: float, reason: str = "Unschedulable") -> None:
+    """A pod the scheduler has not placed: Pending, with why (once it has been tried)."""
     status = pod.setdefault("status", {})
     status["phase"] = "Pending"
     if rec["tried"]:
-        set_condition(status, "PodScheduled", False, now, "Unschedulable", rec["message"])
+        set_condition(status, "PodScheduled", False, now, reason, rec["message"])
 
 
 def render(pod: dict, rec: dict, now: float, lost_node: str | None = None) -> None:

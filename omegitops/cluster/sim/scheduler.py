@@ -155,11 +155,56 @@ def _holds(expression: dict, values: dict[str, str]) -> bool:
 
 def place(pod: dict, requests: dict[str, int], rooms: list[NodeRoom]) -> tuple[NodeRoom | None, str]:
     """The first node the pod fits on, or None and kube's "0/N nodes are available" message."""
+    room, _ = _first_fit(pod, requests, rooms, 0)
+    return (room, "") if room else (None, unschedulable_message(pod, requests, rooms))
+
+
+def _first_fit(pod: dict, requests: dict[str, int], rooms: list[NodeRoom],
+               start: int) -> tuple[NodeRoom | None, int]:
+    for index in range(start, len(rooms)):
+        if not failures(pod, requests, rooms[index]):
+            return rooms[index], index
+    return None, len(rooms)
+
+
+def unschedulable_message(pod: dict, requests: dict[str, int], rooms: list[NodeRoom]) -> str:
     reasons: Counter[str] = Counter()
     for room in rooms:
-        why = failures(pod, requests, room)
-        if not why:
-            return room, ""
-        reasons.update(why)
+        reasons.update(failures(pod, requests, room))
     summary = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
-    return None, f"0/{len(rooms)} nodes are available: {summary}."
+    return f"0/{len(rooms)} nodes are available: {summary}."
+
+
+class Round:
+    """One scheduling round over many pods, fast when they share a shape.
+
+    Within a round nodes only fill up, so a node that refused a pod refuses every
+    later pod of the same shape (requests and placement rules): each shape keeps
+    a cursor past the nodes that refused it, and a shape that fitted nowhere
+    fails at once with the same message. 8,000 pods on 1,000 nodes take one
+    pass over the nodes per shape instead of one per pod.
+    """
+
+    def __init__(self, rooms: list[NodeRoom]) -> None:
+        self.rooms = rooms
+        self._cursor: dict[str, int] = {}
+        self._refused: dict[str, str] = {}
+
+    def place(self, pod: dict, requests: dict[str, int]) -> tuple[NodeRoom | None, str]:
+        shape = _shape(pod, requests)
+        if shape in self._refused:
+            return None, self._refused[shape]
+        room, index = _first_fit(pod, requests, self.rooms, self._cursor.get(shape, 0))
+        if room is None:
+            self._refused[shape] = unschedulable_message(pod, requests, self.rooms)
+            return None, self._refused[shape]
+        self._cursor[shape] = index
+        room.take(requests)
+        return room, ""
+
+
+def _shape(pod: dict, requests: dict[str, int]) -> str:
+    spec = pod["spec"]
+    rules = (sorted(requests.items()), spec.get("tolerations"), spec.get("nodeSelector"),
+             spec.get("affinity"))
+    return repr(rules)

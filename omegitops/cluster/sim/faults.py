@@ -1,0 +1,165 @@
+"""Faults injected into the simulated cluster (``omegitops sim fault``).
+
+=============  ===========================================================  ==========
+kind           effect                                                       persistent
+=============  ===========================================================  ==========
+crash          the pod's ome-container (else first container) exits with   yes
+               code 1 now and one second after every restart:
+               CrashLoopBackOff, until the fault is cleared or the pod goes
+oom            that container is killed once, OOMKilled, exit code 137,     no
+               and restarts normally after the back-off
+imagepull      the pod's pulls fail (``--image IMG``: every pull of IMG, by  yes
+               any pod, now and later): ErrImagePull, then ImagePullBackOff.
+               An image already on the node is not pulled again unless the
+               container's imagePullPolicy is Always
+evict          the kubelet evicts the pod: phase Failed, reason Evicted,   no
+               containers terminated; the pod stays until deleted
+unschedulable  every node is cordoned (spec.unschedulable), so no new pod   yes
+               is placed: ``0/8 nodes are available: 8 node(s) were
+               unschedulable.`` Running pods stay. Clearing uncordons the
+               nodes this fault cordoned
+node-down      the pod's node (or ``--node``) stops reporting: pods Ready   yes
+               False after 40 s, deleted by the taint manager 300 s later
+               (340 s in all) and removed when their grace ends
+hang           the container keeps running but its readiness probe fails    yes
+=============  ===========================================================  ==========
+
+Pod faults are kept by pod uid in the simulator's bookkeeping, so a new pod
+with the same name starts healthy.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from omegitops.cluster import base
+from omegitops.cluster.errors import Invalid, NotFound
+from omegitops.cluster.sim import nodes
+from omegitops.cluster.sim.kubelet import CRASH_EXIT, OOM_EXIT, PodWorker
+
+if TYPE_CHECKING:
+    from omegitops.cluster.sim.cluster import SimCluster
+
+EVICTION_MESSAGE = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 0."
+
+
+class FaultKind(StrEnum):
+    CRASH = "crash"
+    OOM = "oom"
+    IMAGEPULL = "imagepull"
+    EVICT = "evict"
+    UNSCHEDULABLE = "unschedulable"
+    NODE_DOWN = "node-down"
+    HANG = "hang"
+
+
+ONE_SHOT = {FaultKind.OOM, FaultKind.EVICT}
+
+
+def apply(sim: SimCluster, kind: str, *, pod: str | None, namespace: str | None,
+          image: str | None, node: str | None, clear: bool) -> str:
+    """Inject or clear one fault now; returns what was done, in one line."""
+    try:
+        fault = FaultKind(kind)
+    except ValueError:
+        choices = ", ".join(k.value for k in FaultKind)
+        raise Invalid(f"unknown fault kind {kind!r} (one of {choices})") from None
+    if clear and fault in ONE_SHOT:
+        raise Invalid(f"fault {fault} happens once; there is nothing to clear")
+    if fault is FaultKind.UNSCHEDULABLE:
+        return _cordon_all(sim, clear)
+    if fault is FaultKind.NODE_DOWN and node:
+        return _node_down(sim, node, clear)
+    if fault is FaultKind.IMAGEPULL and image:
+        return _image_unpullable(sim, image, clear)
+    if not pod:
+        raise Invalid(f"fault {fault} needs --pod" + (
+            " or --node" if fault is FaultKind.NODE_DOWN else
+            " or --image" if fault is FaultKind.IMAGEPULL else ""))
+    target = sim._find_pod(pod, namespace)
+    if fault is FaultKind.NODE_DOWN:
+        node_name = target["spec"].get("nodeName")
+        if not node_name:
+            raise Invalid(f"Pod {pod} is not bound to a node yet")
+        return _node_down(sim, node_name, clear)
+    return _pod_fault(sim, target, fault, clear)
+
+
+def _pod_fault(sim: SimCluster, pod: dict, fault: FaultKind, clear: bool) -> str:
+    uid = pod["metadata"]["uid"]
+    name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    flags = sim._sim["faults"]["pods"].setdefault(uid, {})
+    rec = sim._rec(pod)
+    if clear:
+        flags.pop(str(fault), None)
+    elif fault is not FaultKind.EVICT:
+        flags[str(fault)] = True
+    if not flags:
+        sim._sim["faults"]["pods"].pop(uid, None)
+    sim._dirty = True
+    if rec["node"] is None or sim._node_down(rec["node"]):
+        # The kubelet acts when it runs the pod (or when its node reports again).
+        return f"{'cleared' if clear else 'injected'} {fault} on pod {name}"
+    worker = sim._worker(pod, rec)
+    now = sim._clock
+    if fault is FaultKind.CRASH and clear:
+        worker.cancel_crash()
+    elif fault is FaultKind.CRASH:
+        worker.crash_now(now, CRASH_EXIT)
+    elif fault is FaultKind.OOM:
+        worker.crash_now(now, OOM_EXIT)
+    elif fault is FaultKind.HANG:
+        worker.set_hung(not clear, now)
+    elif fault is FaultKind.EVICT and rec["terminating"] is None and not rec["evicted"]:
+        worker.evict(now, EVICTION_MESSAGE)
+    sim._after_kubelet(pod, rec, worker)
+    return f"{'cleared' if clear else 'injected'} {fault} on pod {name}"
+
+
+def replay(worker: PodWorker, now: float) -> None:
+    """Faults injected while the pod's node was silent take effect when it reports again."""
+    if worker.faults.get("crash"):
+        worker.crash_now(now, CRASH_EXIT)
+    elif worker.faults.get("oom"):
+        worker.crash_now(now, OOM_EXIT)
+    if worker.faults.get("hang"):
+        worker.set_hung(True, now)
+
+
+def _image_unpullable(sim: SimCluster, image: str, clear: bool) -> str:
+    images = sim._sim["faults"]["images"]
+    if clear:
+        if image in images:
+            images.remove(image)
+    elif image not in images:
+        images.append(image)
+    sim._dirty = True
+    return f"{'cleared' if clear else 'injected'} imagepull on image {image}"
+
+
+def _cordon_all(sim: SimCluster, clear: bool) -> str:
+    cordoned = sim._sim["faults"]["cordoned"]
+    for name, node in sim._objects[base.NODE].items():
+        if clear and name in cordoned:
+            nodes.set_cordoned(node, False)
+        elif not clear and not node["spec"].get("unschedulable"):
+            nodes.set_cordoned(node, True)
+            cordoned.append(name)
+        else:
+            continue
+        sim._bump(node)
+    if clear:
+        cordoned.clear()
+    sim._sim["schedulerDirty"] = True
+    return f"{'uncordoned' if clear else 'cordoned'} every node"
+
+
+def _node_down(sim: SimCluster, name: str, clear: bool) -> str:
+    if name not in sim._sim["nodes"]:
+        raise NotFound(f"Node/{name} not found")
+    if clear:
+        sim._node_comes_back(name)
+        return f"node {name} reports again"
+    sim._node_goes_down(name)
+    return f"node {name} stopped reporting"

@@ -1,0 +1,90 @@
+"""What a plan asks the cluster to do: small frozen values, applied in order.
+
+The planner only returns these; ``omegitops.reconcile`` applies them. The
+InferenceReplica write always goes first, so an operation is recorded before
+any pod is touched for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    pod: dict[str, Any]
+
+    def describe(self) -> str:
+        return f"create pod {self.pod['metadata']['name']}"
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    namespace: str
+    name: str
+    grace_seconds: int | None = None
+
+    def describe(self) -> str:
+        grace = f" (grace {self.grace_seconds}s)" if self.grace_seconds is not None else ""
+        return f"delete pod {self.name}{grace}"
+
+
+@dataclass(frozen=True)
+class SetServing:
+    """Set the pod's ``ome.io/serving`` readiness gate: into or out of rotation."""
+
+    namespace: str
+    name: str
+    serving: bool
+
+    def describe(self) -> str:
+        return f"{'route' if self.serving else 'unroute'} pod {self.name}"
+
+
+@dataclass(frozen=True)
+class PatchImages:
+    namespace: str
+    name: str
+    images: tuple[tuple[str, str], ...]
+
+    def describe(self) -> str:
+        changed = ", ".join(f"{c}={i}" for c, i in self.images)
+        return f"patch images of pod {self.name}: {changed}"
+
+
+@dataclass(frozen=True)
+class ApplyObject:
+    """Create an object, or replace it when it exists (Services, PodGroups, revisions)."""
+
+    obj: dict[str, Any]
+    exists: bool
+
+    def describe(self) -> str:
+        verb = "update" if self.exists else "create"
+        return f"{verb} {self.obj['kind']} {self.obj['metadata']['name']}"
+
+
+@dataclass(frozen=True)
+class DeleteObject:
+    kind: str
+    namespace: str
+    name: str
+
+    def describe(self) -> str:
+        return f"delete {self.kind} {self.name}"
+
+
+@dataclass(frozen=True)
+class Event:
+    """A core/v1 Event on the InferenceService."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+    def describe(self) -> str:
+        return f"event {self.type} {self.reason}: {self.message}"
+
+
+Action = CreatePod | DeletePod | SetServing | PatchImages | ApplyObject | DeleteObject

@@ -1,0 +1,52 @@
+"""From a resolved component to what the planner aims at: templates and revision."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from omegitops.lifecycle.planner import DesiredComponent
+from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig
+from omegitops.lifecycle.revisions import stored_runtime_config
+from omegitops.lifecycle.templates import render_templates, revision_name
+
+
+def build_desired(
+    isvc: dict[str, Any],
+    runtime: dict[str, Any] | None,
+    lifecycle: ComponentLifecycle,
+    revisions: list[dict],
+    replica: dict | None,
+) -> DesiredComponent:
+    """Render the component's templates; pure.
+
+    A service that pins its runtime (``spec.runtime.autoSync: false``) is
+    rendered from the runtime config stored with the revision it runs, so a
+    runtime edit leaves its pods alone and only sets RuntimeDrifted.
+    """
+    component = lifecycle.component
+    key = RUNTIME_CONFIG[component]
+    live_config = dig(runtime, ("spec", key)) or {}
+    pinned = dig(isvc, ("spec", "runtime", "autoSync")) is False
+    config, drifted = live_config, False
+    current = dig(replica, ("spec", "revision"))
+    if pinned and current:
+        stored = stored_runtime_config(revisions, current)
+        if stored is not None:
+            config, drifted = stored, stored != live_config
+    source = copy.deepcopy(runtime) if runtime else {"spec": {}}
+    source.setdefault("spec", {})[key] = config
+    templates = render_templates(isvc, source, lifecycle)
+    meta = isvc.get("metadata") or {}
+    name = meta["name"]
+    return DesiredComponent(
+        namespace=meta.get("namespace") or "default",
+        isvc=name,
+        component=component,
+        lifecycle=lifecycle,
+        templates=templates,
+        revision=revision_name(name, component, templates),
+        runtime_config=copy.deepcopy(config),
+        pinned=pinned,
+        drifted=drifted,
+    )

@@ -1,0 +1,105 @@
+"""Reading observed pods: pure helpers over Kubernetes pod dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegitops.cluster.times import parse_time
+from omegitops.lifecycle.templates import (
+    LABEL_INCARNATION,
+    LABEL_INDEX,
+    LABEL_REVISION,
+    LABEL_RUNNER,
+    MAIN_CONTAINER,
+    SERVING_GATE,
+)
+
+
+def condition(pod: dict, kind: str) -> tuple[bool, float | None]:
+    """(status is True, lastTransitionTime in epoch seconds) of a pod condition."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            when = cond.get("lastTransitionTime")
+            return cond.get("status") == "True", parse_time(when) if when else None
+    return False, None
+
+
+def is_terminating(pod: dict) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def deletion_deadline(pod: dict) -> float | None:
+    when = pod["metadata"].get("deletionTimestamp")
+    return parse_time(when) if when else None
+
+
+def has_ended(pod: dict) -> bool:
+    """Phase Failed or Succeeded: the kubelet will not run it again."""
+    return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+
+
+def containers_ready(pod: dict) -> bool:
+    return not is_terminating(pod) and condition(pod, "ContainersReady")[0]
+
+
+def is_ready(pod: dict) -> bool:
+    """Ready, and so in rotation: containers ready and every readiness gate True."""
+    return not is_terminating(pod) and condition(pod, "Ready")[0]
+
+
+def gate_set(pod: dict) -> bool:
+    return condition(pod, SERVING_GATE)[0]
+
+
+def index_of(pod: dict) -> int | None:
+    try:
+        return int(pod["metadata"]["labels"][LABEL_INDEX])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def incarnation_of(pod: dict) -> int:
+    try:
+        return int(pod["metadata"]["labels"][LABEL_INCARNATION])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def runner_of(pod: dict) -> str:
+    return pod["metadata"].get("labels", {}).get(LABEL_RUNNER, "")
+
+
+def revision_of(pod: dict) -> str:
+    return pod["metadata"].get("labels", {}).get(LABEL_REVISION, "")
+
+
+def ordinal_of(pod: dict) -> int:
+    """The trailing number of ``{isvc}-{component}-{index}-{runner}-{ordinal}``."""
+    try:
+        return int(pod["metadata"]["name"].rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def restarts(pod: dict, container: str = MAIN_CONTAINER) -> int:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == container:
+            return int(status.get("restartCount") or 0)
+    return 0
+
+
+def node_of(pod: dict) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName")
+
+
+def pod_row(pod: dict) -> dict[str, Any]:
+    """The pod entry of an Instance status row."""
+    return {
+        "name": pod["metadata"]["name"],
+        "runner": runner_of(pod),
+        "ordinal": ordinal_of(pod),
+        "ready": is_ready(pod),
+        "serving": is_ready(pod) and gate_set(pod),
+        "restarts": restarts(pod),
+        "node": node_of(pod),
+    }

@@ -1,0 +1,70 @@
+"""Stored revisions: one ControllerRevision per distinct set of pod templates.
+
+A revision keeps the templates and the runtime config they were rendered
+from, so a service that pins its runtime can be rendered again from the
+runtime it pinned. History is pruned to ``revisionHistoryLimit`` revisions
+besides those in use (keep every one when nothing sets the limit), and a
+revision in use is never pruned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from omegitops.lifecycle.actions import ApplyObject, DeleteObject
+from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
+
+KIND = "ControllerRevision"
+
+
+def revision_object(desired: Any, number: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": KIND,
+        "metadata": {
+            "name": desired.revision,
+            "namespace": desired.namespace,
+            "labels": {LABEL_ISVC: desired.isvc, LABEL_COMPONENT: desired.component,
+                       MANAGED_BY: MANAGER},
+        },
+        "revision": number,
+        "data": {"templates": desired.templates, "runtimeConfig": desired.runtime_config},
+    }
+
+
+def stored_templates(revisions: Iterable[dict], name: str) -> dict | None:
+    for revision in revisions:
+        if revision["metadata"]["name"] == name:
+            return (revision.get("data") or {}).get("templates")
+    return None
+
+
+def stored_runtime_config(revisions: Iterable[dict], name: str) -> dict | None:
+    for revision in revisions:
+        if revision["metadata"]["name"] == name:
+            return (revision.get("data") or {}).get("runtimeConfig")
+    return None
+
+
+def plan_revisions(desired: Any, stored: list[dict], rows: Iterable[dict]) -> list:
+    """Store the desired revision if it is new; prune what history allows."""
+    actions: list = []
+    names = {r["metadata"]["name"] for r in stored}
+    numbers = [int(r.get("revision") or 0) for r in stored]
+    if desired.revision not in names:
+        actions.append(ApplyObject(revision_object(desired, max(numbers, default=0) + 1),
+                                   exists=False))
+    limit = desired.lifecycle.value("revisionHistoryLimit")
+    if not isinstance(limit, int):
+        return actions
+    in_use = {desired.revision} | {row.get("revision") for row in rows}
+    in_use |= {(row.get("operation") or {}).get("targetRevision") for row in rows}
+    history = sorted(
+        (r for r in stored if r["metadata"]["name"] not in in_use),
+        key=lambda r: int(r.get("revision") or 0),
+        reverse=True,
+    )
+    for old in history[limit:]:
+        actions.append(DeleteObject(KIND, desired.namespace, old["metadata"]["name"]))
+    return actions

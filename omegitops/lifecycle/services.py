@@ -1,0 +1,98 @@
+"""The Services a component needs, and a PodGroup per multi-pod Instance.
+
+The routing Service ``{isvc}-{component}`` selects only entry pods (the
+single pod or a gang's leader, never a worker) and publishes them only while
+they are Ready, which includes the ``ome.io/serving`` gate. A gang also gets
+a headless Service that lists its pods as soon as they have an address, so
+the workers can reach the leader while they all start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegitops.lifecycle.actions import ApplyObject
+from omegitops.lifecycle.instance import headless_name
+from omegitops.lifecycle.templates import (
+    LABEL_COMPONENT,
+    LABEL_ENTRY,
+    LABEL_ISVC,
+    LEADER,
+    MANAGED_BY,
+    MANAGER,
+)
+
+PODGROUP_API = "scheduling.x-k8s.io/v1alpha1"
+
+
+def _labels(desired: Any) -> dict[str, str]:
+    return {LABEL_ISVC: desired.isvc, LABEL_COMPONENT: desired.component, MANAGED_BY: MANAGER}
+
+
+def _ports(desired: Any) -> list[dict]:
+    runner = LEADER if desired.gang else "default"
+    containers = desired.templates[runner]["spec"].get("containers") or []
+    ports = []
+    for port in (containers[0].get("ports") or []) if containers else []:
+        number = port.get("containerPort")
+        if isinstance(number, int):
+            entry = {"name": port.get("name") or f"port-{number}", "port": number,
+                     "targetPort": number, "protocol": port.get("protocol", "TCP")}
+            ports.append(entry)
+    return ports or [{"name": "http", "port": 8080, "targetPort": 8080, "protocol": "TCP"}]
+
+
+def desired_services(desired: Any) -> list[dict]:
+    selector = {LABEL_ISVC: desired.isvc, LABEL_COMPONENT: desired.component}
+    services = [{
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": desired.name, "namespace": desired.namespace,
+                     "labels": _labels(desired)},
+        "spec": {"selector": {**selector, LABEL_ENTRY: "true"}, "ports": _ports(desired)},
+    }]
+    if desired.gang:
+        services.append({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": headless_name(desired.isvc, desired.component),
+                         "namespace": desired.namespace, "labels": _labels(desired)},
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": selector, "ports": _ports(desired)},
+        })
+    return services
+
+
+def plan_services(desired: Any, observed: dict[str, dict]) -> list[ApplyObject]:
+    """Create missing Services and put back the fields we own when they drift."""
+    actions = []
+    for service in desired_services(desired):
+        current = observed.get(service["metadata"]["name"])
+        if current is None:
+            actions.append(ApplyObject(service, exists=False))
+            continue
+        spec = current.get("spec") or {}
+        if any(spec.get(key) != value for key, value in service["spec"].items()):
+            merged = {**current, "spec": {**spec, **service["spec"]}}
+            actions.append(ApplyObject(merged, exists=True))
+    return actions
+
+
+def podgroup_name(desired: Any, index: int) -> str:
+    return f"{desired.name}-{index}"
+
+
+def plan_podgroup(desired: Any, index: int, observed: dict[str, dict] | None) -> ApplyObject | None:
+    """A PodGroup for a gang, when the cluster has the kind, so that a gang-aware
+    scheduler places all its pods or none."""
+    if observed is None or not desired.gang:
+        return None
+    name = podgroup_name(desired, index)
+    if name in observed:
+        return None
+    return ApplyObject({
+        "apiVersion": PODGROUP_API,
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": desired.namespace, "labels": _labels(desired)},
+        "spec": {"minMember": desired.pods_per_instance},
+    }, exists=False)

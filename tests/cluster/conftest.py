@@ -1,0 +1,13 @@
+"""The ``cluster`` fixture: a fresh simulated cluster in tmp_path, open for the test."""
+
+from __future__ import annotations
+
+import pytest
+
+from omegitops.cluster.sim import SimCluster
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with SimCluster(tmp_path / "cluster.json") as sim:
+        yield sim

@@ -1,0 +1,89 @@
+"""The object API: resourceVersions and conflicts, kinds, events, next_transition_at."""
+
+from __future__ import annotations
+
+import pytest
+from sim_helpers import NS, elapsed, get, make_pod
+
+from omegitops.cluster.errors import AlreadyExists, Conflict, NotFound
+
+
+def _irep(name="svc-engine"):
+    return {"apiVersion": "ome.io/v1beta1", "kind": "InferenceReplica",
+            "metadata": {"name": name, "namespace": NS}, "spec": {"replicas": 2}}
+
+
+def test_created_objects_get_identity_and_every_write_a_new_resource_version(cluster):
+    created = cluster.create_object(_irep())
+    assert created["metadata"]["uid"] and created["metadata"]["generation"] == 1
+    assert created["metadata"]["creationTimestamp"] == "2026-09-27T08:00:00Z"
+    pod = cluster.create_pod(make_pod("a"))
+    assert int(pod["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    assert pod["status"]["phase"] == "Pending"
+    with pytest.raises(AlreadyExists, match="InferenceReplica/demo/svc-engine"):
+        cluster.create_object(_irep())
+
+
+def test_replace_with_a_stale_resource_version_is_a_conflict(cluster):
+    first = cluster.create_object(_irep())
+    first["spec"]["replicas"] = 3
+    second = cluster.replace_object(first)
+    assert second["metadata"]["generation"] == 2
+    first["spec"]["replicas"] = 4
+    with pytest.raises(Conflict, match="InferenceReplica/demo/svc-engine"):
+        cluster.replace_object(first)
+    second["status"] = {"readyReplicas": 1}
+    second["spec"]["replicas"] = 99  # ignored by the status subresource
+    third = cluster.replace_status(second)
+    assert third["status"] == {"readyReplicas": 1} and third["spec"]["replicas"] == 3
+    with pytest.raises(Conflict):
+        cluster.replace_status(second)
+
+
+def test_delete_and_not_found(cluster):
+    cluster.create_object(_irep())
+    cluster.delete_object("InferenceReplica", NS, "svc-engine")
+    assert cluster.get_object("InferenceReplica", NS, "svc-engine") is None
+    with pytest.raises(NotFound, match="InferenceReplica/demo/svc-engine"):
+        cluster.delete_object("InferenceReplica", NS, "svc-engine")
+    with pytest.raises(NotFound, match="Pod/demo/x"):
+        cluster.delete_pod(NS, "x")
+    with pytest.raises(NotFound, match="PodGroup"):
+        cluster.list_objects("PodGroup")  # CRD not installed
+
+
+def test_repeated_events_are_aggregated(cluster):
+    event = {"involvedObject": {"kind": "InferenceService", "namespace": NS, "name": "svc"},
+             "type": "Warning", "reason": "InstanceFailed", "message": "instance=0 failed"}
+    first = cluster.record_event(event)
+    cluster.advance(60)
+    again = cluster.record_event(event)
+    other = cluster.record_event({**event, "message": "instance=1 failed"})
+    assert again["metadata"]["name"] == first["metadata"]["name"]
+    assert (again["count"], again["firstTimestamp"], again["lastTimestamp"]) == (
+        2, "2026-09-27T08:00:00Z", "2026-09-27T08:01:00Z")
+    assert other["count"] == 1
+    assert len(cluster.list_objects("Event")) == 2
+
+
+def test_advancing_to_next_transition_always_changes_something(cluster):
+    assert cluster.next_transition_at() is None
+    cluster.create_pod(make_pod("a", container={"readinessProbe": {"periodSeconds": 7}}))
+    seen = []
+    while (when := cluster.next_transition_at()) is not None:
+        before = get(cluster, "a")
+        cluster.advance((when - cluster.now()).total_seconds())
+        assert get(cluster, "a") != before
+        seen.append(elapsed(cluster))
+    assert seen == [0, 20, 27]  # bound, started, ready
+
+
+def test_list_pods_filters_by_labels_and_returns_copies(cluster):
+    cluster.create_pod(make_pod("a"))
+    other = make_pod("b")
+    other["metadata"]["labels"] = {"app": "router"}
+    cluster.create_pod(other)
+    pods = cluster.list_pods({"app": "engine"})
+    assert [p["metadata"]["name"] for p in pods] == ["a"]
+    pods[0]["metadata"]["labels"]["app"] = "changed"
+    assert get(cluster, "a")["metadata"]["labels"]["app"] == "engine"
