@@ -1,5 +1,5 @@
 """One module per command-line verb; each registers its own subparser."""
 
-from omegitops.commands import get, reconcile, resolve, sim, validate
+from omegitops.commands import events, get, instance, reconcile, resolve, sim, validate
 
-COMMANDS = [validate, resolve, reconcile, get, sim]
+COMMANDS = [validate, resolve, reconcile, get, instance, events, sim]

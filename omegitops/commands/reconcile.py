@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
+from omegitops.cluster.errors import LockHeld
 from omegitops.commands.common import add_repo_args, print_errors
 from omegitops.commands.get import replica_table
 from omegitops.manifests.load import load, resolved_components
@@ -43,6 +44,15 @@ def run(args: argparse.Namespace) -> int:
     loaded = load(args.repo, args.operator_values)
     print_errors(loaded.result.errors)
     items = resolved_components(loaded)
+    try:
+        return _reconcile(args, loaded, items)
+    except LockHeld as err:
+        # One run at a time: another one is doing this work already.
+        print(f"omegitops: not running: {err}", file=sys.stderr)
+        return 0
+
+
+def _reconcile(args: argparse.Namespace, loaded, items) -> int:
     failed = False
     with open_cluster(args.cluster) as cluster:
         start = cluster.now()
@@ -91,6 +101,3 @@ def _gap(cluster, now, planned) -> float:
         return 0.0
     return max(0.0, min((wake - now).total_seconds(), 1.0))
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(1)

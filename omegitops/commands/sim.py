@@ -20,6 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _cluster_arg(init)
     init.add_argument("--nodes", type=int, default=8, help="number of nodes (default: 8)")
     init.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default: 8)")
+    init.add_argument("--cpu-nodes", type=int, default=2,
+                      help="untainted nodes without GPUs, added after the GPU nodes (default: 2)")
     init.add_argument("--podgroup-crd", action="store_true",
                       help="serve the scheduler-plugins PodGroup kind")
     init.add_argument("--force", action="store_true", help="replace an existing cluster file")
@@ -60,6 +62,7 @@ def run_init(args: argparse.Namespace) -> int:
     if args.nodes < 1 or args.gpus_per_node < 0:
         raise UsageError("--nodes must be at least 1 and --gpus-per-node at least 0")
     SimCluster.init(path, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                    cpu_nodes=args.cpu_nodes,
                     podgroups=args.podgroup_crd)
     print(f"{path}: {args.nodes} nodes with {args.gpus_per_node} GPUs each")
     return 0

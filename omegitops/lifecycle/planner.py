@@ -19,7 +19,6 @@ from omegitops.cluster.times import format_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import (
     Action,
-    ApplyObject,
     CreatePod,
     DeleteObject,
     DeletePod,
@@ -295,7 +294,7 @@ def _scale(work: _Pass, rows: dict[int, dict], groups: dict[int, list[dict]],
     """Open Create or Delete operations to reach the desired number of Instances."""
     desired = work.desired
     active = [row for row in rows.values()
-              if not (row.get("operation") or {}).get("type") == DELETE]
+              if (row.get("operation") or {}).get("type") != DELETE]
     want = desired.lifecycle.replicas
     if len(active) < want:
         used = set(rows) | set(groups)

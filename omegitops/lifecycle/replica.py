@@ -7,6 +7,7 @@ plain list; every reader goes through ``decode_rows`` and accepts both.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -41,11 +42,12 @@ def encode_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | dict[str, 
 
 
 def decode_rows(stored: Any) -> list[dict[str, Any]]:
-    """Rows from either encoding (or nothing)."""
+    """Rows from either encoding (or nothing), as fresh copies the caller may change."""
     if not stored:
         return []
+    stored = copy.deepcopy(stored)
     if isinstance(stored, list):
-        return [dict(row) for row in stored]
+        return stored
     if isinstance(stored, dict) and stored.get("encoding") == COLUMNAR:
         columns = stored.get("columns") or []
         return [

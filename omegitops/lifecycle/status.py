@@ -72,8 +72,8 @@ def _conditions(desired: Any, rows: list[dict], counts: dict, want: int,
     in_flight = [row for row in rows if row.get("operation")]
     serving = counts["servingReplicas"]
     if failed:
-        ready = (FALSE, "InstanceFailed", f"Instances {_list(failed)} failed; "
-                 f"{serving}/{want} Instances serving")
+        ready = (FALSE, "InstanceFailed", (f"Instances {_list(failed)} failed; "
+                 f"{serving}/{want} Instances serving"))
     elif serving >= want:
         ready = (TRUE, "AllInstancesServing", f"{serving}/{want} Instances serving")
     else:
@@ -85,8 +85,8 @@ def _conditions(desired: Any, rows: list[dict], counts: dict, want: int,
     )
     unconfigured = timeout_seconds(desired.lifecycle) is None
     timeout = (
-        (TRUE, "NoDeadline", "lifecycle.instanceReadyTimeout is unset everywhere: operations "
-         "get no deadline and a stuck Instance waits for you")
+        (TRUE, "NoDeadline", ("lifecycle.instanceReadyTimeout is unset everywhere: operations "
+         "get no deadline and a stuck Instance waits for you"))
         if unconfigured
         else (FALSE, "DeadlineConfigured",
               f"operations time out after {desired.lifecycle.value('instanceReadyTimeout')}")
@@ -98,8 +98,8 @@ def _conditions(desired: Any, rows: list[dict], counts: dict, want: int,
     }
     if desired.pinned:
         wanted["RuntimeDrifted"] = (
-            (TRUE, "RuntimeChanged", "the runtime changed since this service pinned it "
-             "(spec.runtime.autoSync: false); the pinned template keeps serving")
+            (TRUE, "RuntimeChanged", ("the runtime changed since this service pinned it "
+             "(spec.runtime.autoSync: false); the pinned template keeps serving"))
             if desired.drifted
             else (FALSE, "RuntimeInSync", "the pinned runtime matches the runtime")
         )

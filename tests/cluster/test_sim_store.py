@@ -21,8 +21,11 @@ def test_missing_file_is_a_fresh_cluster_with_default_nodes(tmp_path):
     with SimCluster(path) as sim:
         nodes = sim.list_objects("Node")
         assert sim.now().isoformat() == "2026-09-27T08:00:00+00:00"
-    assert [n["metadata"]["name"] for n in nodes] == [f"node-{i}" for i in range(8)]
+    assert [n["metadata"]["name"] for n in nodes] == [f"node-{i}" for i in range(10)]
     assert nodes[0]["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    # Two untainted CPU nodes follow the GPU nodes, for routers and the like.
+    assert nodes[8]["spec"]["taints"] == []
+    assert nodes[8]["status"]["allocatable"]["nvidia.com/gpu"] == "0"
     assert nodes[0]["spec"]["taints"] == [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     assert json.loads(path.read_text())["version"] == 1
@@ -108,7 +111,7 @@ def test_state_survives_save_and_load_and_time_goes_on_identically(tmp_path):
 
 def test_init_configures_nodes_gpus_and_podgroups(tmp_path):
     path = tmp_path / "c.json"
-    SimCluster.init(path, nodes=3, gpus_per_node=4, podgroups=True)
+    SimCluster.init(path, nodes=3, gpus_per_node=4, podgroups=True, cpu_nodes=0)
     with SimCluster(path) as sim:
         assert len(sim.list_objects("Node")) == 3
         assert sim.list_objects("Node")[0]["status"]["allocatable"]["nvidia.com/gpu"] == "4"

@@ -84,12 +84,12 @@ class SimCluster(Cluster):
 
     @classmethod
     def init(cls, path: str | Path, nodes: int = 8, gpus_per_node: int = 8,
-             podgroups: bool = False) -> None:
+             podgroups: bool = False, cpu_nodes: int = 2) -> None:
         """Write a fresh cluster to ``path`` (replacing any), holding the lock meanwhile."""
         cluster = cls(path)
         cluster._lock.acquire()
         try:
-            cluster._adopt(_fresh_cluster_state(nodes, gpus_per_node, podgroups))
+            cluster._adopt(_fresh_cluster_state(nodes, gpus_per_node, podgroups, cpu_nodes))
             cluster.save()
         finally:
             cluster._lock.release()
@@ -99,7 +99,7 @@ class SimCluster(Cluster):
         try:
             state = load_state(self.path)
             if state is None:
-                state = _fresh_cluster_state(8, 8, False)
+                state = _fresh_cluster_state(8, 8, False, 2)
                 self._dirty = True
             self._adopt(state)
         except BaseException:
@@ -734,12 +734,13 @@ def _event_identity(event: dict) -> str:
     return "\x1f".join("" if p is None else str(p) for p in parts)
 
 
-def _fresh_cluster_state(node_count: int, gpus: int, podgroups: bool) -> dict:
+def _fresh_cluster_state(node_count: int, gpus: int, podgroups: bool, cpu_nodes: int) -> dict:
+    """GPU nodes ``node-0..`` and, after them, untainted CPU nodes for routers and the like."""
     state = fresh_state(podgroups=podgroups)
     cluster_nodes = state["objects"].setdefault(base.NODE, {})
     clock = parse_time(state["clock"])
-    for index in range(node_count):
-        node = nodes.make_node(index, gpus)
+    for index in range(node_count + cpu_nodes):
+        node = nodes.make_node(index, gpus if index < node_count else 0)
         nodes.set_ready(node, True, clock)
         name = node["metadata"]["name"]
         state["counters"]["uid"] += 1

@@ -1,0 +1,353 @@
+"""The status report: ``status.json`` (machine-readable) and ``STATUS.md`` (Jinja2).
+
+``build_report`` is pure: it takes the loaded repository, the InferenceReplicas
+and Events already listed, and the cluster's ``now``, so that tests need no
+cluster. ``write_report`` lists them, validates the report against
+``schemas/status-report.schema.json`` and writes both files atomically.
+
+The output is deterministic: everything is sorted, and the only time in it
+is the cluster's, so that a commit step can commit the report only when its
+content changed. (``generatedAt`` moves with the cluster clock; a commit step
+that wants to ignore a run that changed nothing else should compare
+``content_key`` of the two reports instead of their bytes.)
+
+Health of a component (one word, most severe first):
+
+- ``Degraded``: an Instance is Failed, or the Ready condition is False with
+  reason InstanceFailed, or a Warning event about the component was seen in
+  the last ``RECENT_WARNING_SECONDS`` (10 minutes) of cluster time;
+- ``Progressing``: otherwise, when it is not yet settled: no InferenceReplica
+  yet, an operation in flight, a rollout hold, or current, ready, available or
+  updated differing from desired, or currentRevision differing from revision;
+- ``Healthy``: otherwise (ready == available == desired, nothing in flight,
+  no failure).
+
+A service's health is the worst of its OMENative components; components in
+other deployment modes are listed as not managed and have no health.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
+from omegitops.cluster.times import format_time, parse_time
+from omegitops.commands.events import (
+    WARNING,
+    about_component,
+    about_service,
+    event_view,
+    sort_events,
+)
+from omegitops.errors import OmegitopsError
+from omegitops.lifecycle.replica import replica_name
+from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
+from omegitops.manifests.schemas import validator
+from omegitops.reconcile import MANAGED
+from omegitops.views import instance_rows, replica_view
+
+API_VERSION = "omegitops.io/v1alpha1"
+KIND = "StatusReport"
+JSON_FILE, MARKDOWN_FILE = "status.json", "STATUS.md"
+TEMPLATE = "report.md.j2"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+HEALTHY, PROGRESSING, DEGRADED = "Healthy", "Progressing", "Degraded"
+SEVERITY = {HEALTHY: 0, PROGRESSING: 1, DEGRADED: 2}
+RECENT_WARNING_SECONDS = 600
+EVENTS_PER_SERVICE = 5
+# Phases in the order a reader wants them: at rest and fine, in flight, at rest and not fine.
+PHASE_ORDER = ("Ready", "Creating", "Updating", "Restarting", "Migrating", "Deleting",
+               "Pending", "Failed")
+# The status each condition has when all is well; any other condition is well when False.
+GOOD_STATUS = {"Ready": "True"}
+
+
+class ReportError(OmegitopsError):
+    """The report does not match its own schema (a bug, never written out)."""
+
+
+# -- building -------------------------------------------------------------------
+
+
+def build_report(loaded: Loaded, replicas: list[dict], events: list[dict], now: datetime,
+                 repository: str | None = None) -> dict[str, Any]:
+    """The report as a dict; pure. ``events`` are raw core/v1 Events."""
+    by_name = {(r["metadata"].get("namespace"), r["metadata"]["name"]): r for r in replicas}
+    views = sort_events([event_view(e) for e in events])
+    components = _components_by_service(loaded)
+    services = []
+    for key in sorted(components):
+        namespace, name = key
+        service_events = [v for v in views if about_service(v, namespace, name)]
+        entries = [_component(item, by_name, service_events, now) for item in components[key]]
+        services.append(_service(components[key][0], entries, service_events))
+    known = {(s["namespace"], replica_name(s["name"], c["component"]))
+             for s in services for c in s["components"]}
+    report = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "generatedAt": format_time(now.timestamp()),
+        "repository": repository if repository is not None else loaded.root.as_posix(),
+        "summary": None,
+        "services": services,
+        "unknownReplicas": sorted(f"{ns}/{name}" for ns, name in by_name
+                                  if (ns, name) not in known),
+        "validationErrors": _manifest_errors(loaded.result.errors),
+        "validationWarnings": _manifest_errors(loaded.result.warnings),
+    }
+    report["summary"] = _summary(report)
+    return report
+
+
+def _namespace(item: ServiceComponent) -> str:
+    # The same default as the reconciler uses for a service without a namespace.
+    return item.service.data["metadata"].get("namespace") or "default"
+
+
+def _components_by_service(loaded: Loaded) -> dict[tuple[str, str], list[ServiceComponent]]:
+    grouped: dict[tuple[str, str], list[ServiceComponent]] = {}
+    for item in resolved_components(loaded):
+        key = (_namespace(item), item.service.data["metadata"]["name"])
+        grouped.setdefault(key, []).append(item)
+    return grouped
+
+
+def _service(item: ServiceComponent, components: list[dict], events: list[dict]) -> dict:
+    health = [c["health"] for c in components if c["managed"]]
+    warnings = [v for v in events if v["type"] == WARNING]
+    return {
+        "namespace": _namespace(item),
+        "name": item.service.data["metadata"]["name"],
+        "path": item.service.path,
+        "runtime": item.runtime.id.name if item.runtime else None,
+        "health": max(health, key=SEVERITY.__getitem__) if health else None,
+        "components": components,
+        "events": warnings[-EVENTS_PER_SERVICE:],
+    }
+
+
+def _component(item: ServiceComponent, replicas: dict, events: list[dict],
+               now: datetime) -> dict:
+    lifecycle = item.lifecycle
+    base = {"component": lifecycle.component, "managed": lifecycle.managed,
+            "deploymentMode": lifecycle.mode.value}
+    if not lifecycle.managed:
+        return base
+    name = replica_name(item.service.data["metadata"]["name"], lifecycle.component)
+    replica = replicas.get((_namespace(item), name))
+    if replica is None:
+        return {**base, **_missing(name, lifecycle.replicas, lifecycle.min_ready_seconds)}
+    view = replica_view(replica)
+    rows = instance_rows(replica)
+    mine = [v for v in events if about_component(v, lifecycle.component)]
+    health, reason = component_health(view, rows, mine, now)
+    return {
+        **base,
+        "inferenceReplica": name,
+        "found": True,
+        "health": health,
+        "healthReason": reason,
+        **{key: view[key] for key in ("desired", "current", "ready", "available", "updated",
+                                      "serving", "minReadySeconds", "revision",
+                                      "currentRevision")},
+        "phases": phase_counts(rows),
+        "phaseSummary": phase_summary(phase_counts(rows)),
+        "operations": sum(1 for row in rows if row["operation"]),
+        "failedInstances": [row["index"] for row in rows if row["phase"] == "Failed"],
+        "rolloutHold": _hold(view["rolloutHold"]),
+        "conditions": unhealthy_conditions(view["conditions"]),
+    }
+
+
+def _missing(name: str, desired: int, min_ready: int) -> dict:
+    """A managed component without an InferenceReplica: the reconcile has not made it yet."""
+    return {
+        "inferenceReplica": name, "found": False, "health": PROGRESSING,
+        "healthReason": "no InferenceReplica yet",
+        "desired": desired, "current": 0, "ready": 0, "available": 0, "updated": 0,
+        "serving": 0, "minReadySeconds": min_ready, "revision": None, "currentRevision": None,
+        "phases": [], "phaseSummary": "", "operations": 0, "failedInstances": [],
+        "rolloutHold": None, "conditions": [],
+    }
+
+
+def component_health(view: dict, rows: list[dict], events: list[dict],
+                     now: datetime) -> tuple[str, str]:
+    """The health word and why; the rule is in the module docstring."""
+    failed = [str(row["index"]) for row in rows if row["phase"] == "Failed"]
+    if failed:
+        return DEGRADED, f"Instances {', '.join(failed)} Failed"
+    ready = _condition(view, "Ready")
+    if ready and ready.get("status") == "False" and ready.get("reason") == "InstanceFailed":
+        return DEGRADED, f"Ready is False: {ready.get('message') or 'InstanceFailed'}"
+    recent = [v for v in events if v["type"] == WARNING and v["lastTimestamp"]
+              and parse_time(v["lastTimestamp"]) >= now.timestamp() - RECENT_WARNING_SECONDS]
+    if recent:
+        last = recent[-1]
+        return DEGRADED, f"Warning {last['reason']} at {last['lastTimestamp']}"
+    unsettled = _unsettled(view, rows)
+    if unsettled:
+        return PROGRESSING, "; ".join(unsettled)
+    return HEALTHY, f"{view['ready']}/{view['desired']} Instances ready and available"
+
+
+def _unsettled(view: dict, rows: list[dict]) -> list[str]:
+    reasons = []
+    in_flight = sum(1 for row in rows if row["operation"])
+    if in_flight:
+        reasons.append(f"{in_flight} operation{'s' if in_flight != 1 else ''} in flight")
+    want = view["desired"]
+    lagging = [f"{key} {view[key]}/{want}" for key in ("current", "ready", "available", "updated")
+               if view[key] != want]
+    if lagging:
+        reasons.append(", ".join(lagging))
+    if view["revision"] and view["currentRevision"] != view["revision"]:
+        reasons.append(f"current revision {view['currentRevision']} is not {view['revision']}")
+    if view["rolloutHold"]:
+        reasons.append("rollout held")
+    return reasons
+
+
+def _condition(view: dict, kind: str) -> dict | None:
+    return next((c for c in view["conditions"] if c.get("type") == kind), None)
+
+
+def unhealthy_conditions(conditions: list[dict]) -> list[dict]:
+    """Conditions not in their good state, sorted by type."""
+    out = []
+    for cond in conditions:
+        if cond.get("status") != GOOD_STATUS.get(cond.get("type"), "False"):
+            out.append({key: cond.get(key) for key in
+                        ("type", "status", "reason", "message", "lastTransitionTime")})
+    return sorted(out, key=lambda c: c["type"] or "")
+
+
+def phase_counts(rows: list[dict]) -> list[dict]:
+    counts = Counter(row["phase"] or "Unknown" for row in rows)
+    order = {phase: i for i, phase in enumerate(PHASE_ORDER)}
+    phases = sorted(counts, key=lambda p: (order.get(p, len(order)), p))
+    return [{"phase": phase, "count": counts[phase]} for phase in phases]
+
+
+def phase_summary(phases: list[dict]) -> str:
+    """``Ready ×2, Creating ×1``."""
+    return ", ".join(f"{p['phase']} ×{p['count']}" for p in phases)
+
+
+def _hold(hold: dict | None) -> dict | None:
+    if not hold:
+        return None
+    return {key: hold.get(key) for key in ("gate", "reason", "target", "since")}
+
+
+def _manifest_errors(errors: list) -> list[dict]:
+    items = [error.to_dict() for error in errors]
+    return sorted(items, key=lambda e: (e["path"], e["line"] or 0, e["field"] or "",
+                                        e["message"]))
+
+
+def _summary(report: dict) -> dict:
+    components = [c for s in report["services"] for c in s["components"]]
+    managed = [c for c in components if c["managed"]]
+    health = {word: sum(1 for c in managed if c["health"] == word)
+              for word in (HEALTHY, PROGRESSING, DEGRADED)}
+    summary = {
+        "services": len(report["services"]),
+        "components": len(components),
+        "managed": len(managed),
+        "notManaged": len(components) - len(managed),
+        "health": health,
+        "validationErrors": len(report["validationErrors"]),
+    }
+    summary["text"] = summary_line(summary)
+    return summary
+
+
+def summary_line(summary: dict) -> str:
+    """``5 services, 7 components (7 managed, 0 not managed): 6 Healthy, ...``."""
+    health = ", ".join(f"{count} {word}" for word, count in summary["health"].items())
+    errors = summary["validationErrors"]
+    return (f"{summary['services']} services, {summary['components']} components "
+            f"({summary['managed']} managed, {summary['notManaged']} not managed): {health}; "
+            f"{errors} validation error{'s' if errors != 1 else ''}")
+
+
+def content_key(report: dict) -> str:
+    """The report without its time stamp, for "did anything change" checks."""
+    return json.dumps({k: v for k, v in report.items() if k != "generatedAt"}, sort_keys=True)
+
+
+# -- rendering and writing -----------------------------------------------------
+
+
+def validate_report(report: dict) -> None:
+    errors = sorted(validator("StatusReport").iter_errors(report),
+                    key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(root)"
+        raise ReportError(f"status report does not match its schema at {where}: "
+                          f"{first.message}")
+
+
+def _cell(value: Any) -> str:
+    """A value safe inside a Markdown table cell."""
+    return str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=False,
+                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                      undefined=StrictUndefined)
+    env.filters["cell"] = _cell
+    return env
+
+
+def render_markdown(report: dict) -> str:
+    return environment().get_template(TEMPLATE).render(report=report)
+
+
+def render_json(report: dict) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> bool:
+    """Write ``text`` via a temporary file and os.replace; False when it was already there."""
+    data = text.encode("utf-8")
+    if path.exists() and path.read_bytes() == data:
+        return False
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def write_report(report_dir: str | os.PathLike, loaded: Loaded, cluster: Any,
+                 repository: str | None = None) -> dict:
+    """List what the report needs, build, validate and write it; returns the report."""
+    replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
+    events = cluster.list_objects(EVENT, MANAGED)
+    report = build_report(loaded, replicas, events, cluster.now(), repository)
+    validate_report(report)
+    markdown = render_markdown(report)
+    target = Path(report_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    write_atomic(target / JSON_FILE, render_json(report))
+    write_atomic(target / MARKDOWN_FILE, markdown)
+    return report

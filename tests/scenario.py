@@ -1,0 +1,186 @@
+"""Drive the simulated cluster pass by pass, checking invariants after every pass."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from omegitops.cluster.base import INFERENCE_REPLICA
+from omegitops.cluster.errors import Transient
+from omegitops.cluster.sim import SimCluster
+from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.replica import decode_rows
+from omegitops.lifecycle.templates import (
+    LABEL_COMPONENT,
+    LABEL_INCARNATION,
+    LABEL_INDEX,
+    LABEL_ISVC,
+    LABEL_REVISION,
+    LABEL_RUNNER,
+    MANAGED_BY,
+    SERVING_GATE,
+)
+from omegitops.manifests.load import load, resolved_components
+from omegitops.reconcile import MANAGED, PassResult, run_pass
+
+POD_NAME = re.compile(r"^(?P<isvc>.+)-(?P<component>engine|decoder|router)-(?P<index>\d+)-"
+                      r"(?P<runner>default|leader|worker)-(?P<ordinal>\d+)$")
+WRITES = ("create_pod", "delete_pod", "set_pod_condition", "patch_pod_images", "create_object",
+          "replace_object", "replace_status", "delete_object", "record_event")
+
+
+class Killed(Transient):
+    """The job dies between two writes."""
+
+
+class KillAfter:
+    """A cluster that lets ``writes`` writes through, then fails every later one."""
+
+    def __init__(self, cluster, writes: int):
+        self._cluster = cluster
+        self.left = writes
+
+    def __getattr__(self, name):
+        attr = getattr(self._cluster, name)
+        if name not in WRITES:
+            return attr
+
+        def write(*args, **kwargs):
+            if self.left <= 0:
+                raise Killed("the job was killed")
+            self.left -= 1
+            return attr(*args, **kwargs)
+
+        return write
+
+
+class Scenario:
+    def __init__(self, tmp_path: Path, repo: Path, nodes: int = 8, gpus: int = 8,
+                 podgroups: bool = False):
+        self.repo = repo
+        self.path = tmp_path / "cluster.json"
+        SimCluster.init(self.path, nodes=nodes, gpus_per_node=gpus, podgroups=podgroups)
+        self.passes = 0
+        self.max_rows: Counter = Counter()
+
+    def items(self):
+        loaded = load(self.repo)
+        assert loaded.result.ok, loaded.result.errors
+        return resolved_components(loaded)
+
+    def run_pass(self, kill_after: int | None = None) -> PassResult:
+        items = self.items()
+        for item in items:
+            key = (item.service.id.name, item.lifecycle.component)
+            self.max_rows[key] = max(self.max_rows[key], item.lifecycle.replicas)
+        with SimCluster(self.path) as cluster:
+            target = cluster if kill_after is None else KillAfter(cluster, kill_after)
+            result = run_pass(target, items)
+            self.passes += 1
+            # A killed pass may leave a gang half-created; the next pass completes it.
+            check_invariants(cluster, self.max_rows, items, whole=kill_after is None)
+        return result
+
+    def advance(self, seconds: float) -> None:
+        with SimCluster(self.path) as cluster:
+            cluster.advance(seconds)
+
+    def settle(self, result: PassResult) -> bool:
+        """Move the clock to the next change; False when nothing will change."""
+        with SimCluster(self.path) as cluster:
+            if result.applied:
+                nxt = cluster.next_transition_at()
+                gap = 0.0 if nxt is None else min(1.0, (nxt - cluster.now()).total_seconds())
+                cluster.advance(max(gap, 0.0))
+                return True
+            wakes = [t for t in (result.wake_at, cluster.next_transition_at()) if t]
+            if not wakes:
+                return False
+            cluster.advance(max(0.0, (min(wakes) - cluster.now()).total_seconds()))
+            return True
+
+    def until_idle(self, max_passes: int = 300) -> PassResult:
+        for _ in range(max_passes):
+            result = self.run_pass()
+            if not result.busy or not self.settle(result):
+                return result
+        raise AssertionError(f"still busy after {max_passes} passes")
+
+    def until(self, predicate, max_passes: int = 300) -> PassResult:
+        """Passes until ``predicate(self)`` holds after one."""
+        for _ in range(max_passes):
+            result = self.run_pass()
+            if predicate(self):
+                return result
+            if not self.settle(result):
+                raise AssertionError("nothing left to happen and the condition never held")
+        raise AssertionError(f"condition not reached in {max_passes} passes")
+
+    # -- reading the cluster ----------------------------------------------------
+
+    def replica(self, name: str) -> dict:
+        with SimCluster(self.path) as cluster:
+            for replica in cluster.list_objects(INFERENCE_REPLICA):
+                if replica["metadata"]["name"] == name:
+                    return replica
+        raise KeyError(name)
+
+    def rows(self, name: str) -> list[dict]:
+        return decode_rows(self.replica(name)["status"]["instances"])
+
+    def pods(self, prefix: str = "") -> list[dict]:
+        with SimCluster(self.path) as cluster:
+            return [p for p in cluster.list_pods() if p["metadata"]["name"].startswith(prefix)]
+
+    def fault(self, kind: str, pod: str | None = None, clear: bool = False) -> None:
+        with SimCluster(self.path) as cluster:
+            cluster.inject_fault(kind, pod=pod, clear=clear)
+
+    def now(self):
+        with SimCluster(self.path) as cluster:
+            return cluster.now()
+
+
+def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> None:
+    """What must hold after every pass, whatever the scenario."""
+    pods = cluster.list_pods()
+    by_instance: dict[tuple, list[dict]] = {}
+    for pod in pods:
+        meta = pod["metadata"]
+        labels = meta["labels"]
+        assert labels.get(MANAGED_BY) == "omegitops", meta["name"]
+        match = POD_NAME.match(meta["name"])
+        assert match, meta["name"]
+        assert match["isvc"] == labels[LABEL_ISVC]
+        assert match["component"] == labels[LABEL_COMPONENT]
+        assert match["index"] == labels[LABEL_INDEX]
+        assert match["runner"] == labels[LABEL_RUNNER]
+        assert labels[LABEL_INCARNATION].isdigit() and labels[LABEL_REVISION]
+        assert {"conditionType": SERVING_GATE} in pod["spec"]["readinessGates"]
+        key = (meta["namespace"], labels[LABEL_ISVC], labels[LABEL_COMPONENT],
+               int(labels[LABEL_INDEX]))
+        by_instance.setdefault(key, []).append(pod)
+    needed = {(i.service.id.namespace, i.service.id.name, i.lifecycle.component):
+              1 + i.lifecycle.worker_size if i.lifecycle.shape == "gang" else 1 for i in items}
+    for key, members in by_instance.items():
+        live = [p for p in members if not P.is_terminating(p) and not P.has_ended(p)]
+        want = needed.get(key[:3])
+        if want is None:
+            continue
+        # A gang is created, routed and deleted whole.
+        if whole:
+            assert len(live) in (0, want), (key, [p["metadata"]["name"] for p in live])
+        gates = {P.gate_set(p) for p in live}
+        assert len(gates) <= 1, f"gang {key} is partly in rotation"
+    replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
+    for replica in replicas:
+        rows = decode_rows((replica.get("status") or {}).get("instances"))
+        indices = [row["index"] for row in rows]
+        assert len(indices) == len(set(indices)), f"{replica['metadata']['name']}: doubled"
+        spec = replica["spec"]
+        assert len(rows) <= max_rows[(spec["inferenceService"], spec["component"])]
+        namespace = replica["metadata"]["namespace"]
+        for key in by_instance:
+            if key[:3] == (namespace, spec["inferenceService"], spec["component"]):
+                assert key[3] in indices, f"pods of Instance {key} have no row"
