@@ -1,0 +1,191 @@
+"""Pod templates and revisions: stable names, what changes them, history, pinning."""
+
+from __future__ import annotations
+
+import copy
+
+from omegitops.cluster.sim import SimCluster
+from omegitops.lifecycle.instance import PodSpecInput, instance_pods
+from omegitops.lifecycle.operator import parse_operator_values
+from omegitops.lifecycle.replica import COLUMNAR, decode_rows, encode_rows
+from omegitops.lifecycle.resolve import resolve_component
+from omegitops.lifecycle.templates import render_templates, revision_name
+from tests.scenario import Scenario
+from tests.test_instances import small_repo
+
+RUNTIME = {
+    "apiVersion": "ome.io/v1beta1", "kind": "ClusterServingRuntime",
+    "metadata": {"name": "rt"},
+    "spec": {"engineConfig": {
+        "labels": {"logging": "on"},
+        "annotations": {"prometheus.io/scrape": "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "nodeSelector": {"pool": "gpu"},
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "terminationGracePeriodSeconds": 120,
+        "runner": {
+            "name": "ome-container", "image": "sglang:v1",
+            "command": ["python3", "-m", "sglang.launch_server"],
+            "args": ["--port", "8080"],
+            "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+            "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": 10}},
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+            "readinessProbe": {"httpGet": {"path": "/health", "port": 8080},
+                               "periodSeconds": 60},
+        },
+    }},
+}
+
+
+def service(**engine):
+    return {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": "svc", "namespace": "ns"},
+            "spec": {"deploymentMode": "OMENative", "runtime": {"name": "rt"},
+                     "engine": {"minReplicas": 2, **engine}}}
+
+
+def revision(isvc, runtime=RUNTIME, operator=None):
+    lifecycle = resolve_component(isvc, runtime, "engine", operator or parse_operator_values({}))
+    templates = render_templates(isvc, runtime, lifecycle)
+    return revision_name("svc", "engine", templates), templates
+
+
+def test_revision_name_is_stable_and_shaped():
+    name, _ = revision(service())
+    assert name == revision(copy.deepcopy(service()))[0]
+    prefix, digest = name.rsplit("-", 1)
+    assert prefix == "svc-engine" and len(digest) == 8
+    int(digest, 16)
+
+
+def test_a_change_anywhere_in_the_template_is_a_new_revision():
+    base, _ = revision(service())
+    assert revision(service(runner={"image": "sglang:v2"}))[0] != base
+    assert revision(service(runner={"env": [{"name": "C", "value": "3"}]}))[0] != base
+    assert revision(service(labels={"team": "a"}))[0] != base
+    changed = copy.deepcopy(RUNTIME)
+    changed["spec"]["engineConfig"]["runner"]["args"] = ["--port", "9090"]
+    assert revision(service(), runtime=changed)[0] != base
+
+
+def test_lifecycle_only_changes_give_no_new_revision():
+    base, _ = revision(service())
+    lifecycle = {"minReadySeconds": 900, "restartPolicy": "RecreateInstanceOnPodRestart",
+                 "updateStrategy": {"type": "RecreatePod",
+                                    "rollingUpdate": {"maxUnavailable": 1, "partition": 1}}}
+    assert revision(service(lifecycle=lifecycle))[0] == base
+    assert revision(service(minReplicas=5, maxReplicas=5))[0] == base
+    chart = parse_operator_values({"ome": {"controller": {"minReadySeconds": 60}}})
+    assert revision(service(), operator=chart)[0] == base
+
+
+def test_semantically_equal_templates_are_not_a_change():
+    base, _ = revision(service())
+    spelled = copy.deepcopy(RUNTIME)
+    runner = spelled["spec"]["engineConfig"]["runner"]
+    runner["env"] = list(reversed(runner["env"]))  # env reordered
+    runner["terminationMessagePath"] = "/dev/termination-log"  # a default spelled out
+    runner["readinessProbe"]["successThreshold"] = 1
+    runner["resources"]["limits"]["nvidia.com/gpu"] = "1"  # a quantity as a string
+    assert revision(service(), runtime=spelled)[0] == base
+
+
+def test_service_overrides_merge_over_the_runtime():
+    _, templates = revision(service(runner={"image": "sglang:v2",
+                                            "env": [{"name": "B", "value": "x"}]}))
+    container = templates["default"]["spec"]["containers"][0]
+    assert container["image"] == "sglang:v2"
+    assert container["command"] == ["python3", "-m", "sglang.launch_server"]
+    assert {e["name"]: e["value"] for e in container["env"]} == {"A": "1", "B": "x"}
+
+
+def test_pod_renders_every_template_field_and_the_ome_labels():
+    isvc = service()
+    name, templates = revision(isvc)
+    (pod,) = instance_pods(PodSpecInput("ns", "svc", "engine", name, templates, 0, False), 3, 2)
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "svc-engine-3-default-0"
+    assert meta["labels"] == {
+        "logging": "on", "ome.io/inferenceservice": "svc", "ome.io/component": "engine",
+        "ome.io/instance-index": "3", "ome.io/instance-incarnation": "2",
+        "ome.io/runner": "default", "ome.io/revision": name,
+        "app.kubernetes.io/managed-by": "omegitops", "ome.io/entry": "true"}
+    assert meta["annotations"] == {"prometheus.io/scrape": "true"}
+    assert spec["nodeSelector"] == {"pool": "gpu"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert spec["terminationGracePeriodSeconds"] == 120
+    assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    assert spec["readinessGates"] == [{"conditionType": "ome.io/serving"}]
+    container = spec["containers"][0]
+    assert container["image"] == "sglang:v1" and container["args"] == ["--port", "8080"]
+    assert container["readinessProbe"]["periodSeconds"] == 60
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["OME_INSTANCE_INDEX"] == "3" and env["OME_RUNNER"] == "default"
+    assert "OME_LEADER_ADDRESS" not in env
+
+
+def test_single_pod_surge_takes_the_other_ordinal():
+    name, templates = revision(service())
+    spec = PodSpecInput("ns", "svc", "engine", name, templates, 0, False)
+    (pod,) = instance_pods(spec, 0, 1, base_ordinal=1)
+    assert pod["metadata"]["name"] == "svc-engine-0-default-1"
+
+
+def test_columnar_encoding_is_used_when_smaller_and_read_back():
+    rows = [{"index": i, "incarnation": 1, "phase": "Ready", "revision": "svc-engine-1a2b3c4d",
+             "pods": [], "operation": None, "lastFailure": None} for i in range(4)]
+    encoded = encode_rows(rows)
+    assert encoded["encoding"] == COLUMNAR
+    assert encoded["columns"][:3] == ["index", "incarnation", "phase"]
+    assert decode_rows(encoded) == rows
+    assert decode_rows(rows) == rows
+    single = rows[:1]
+    assert encode_rows(single) == single  # one row: the plain list is smaller
+
+
+def test_revisions_are_stored_and_pruned_by_history_limit(tmp_path):
+    repo = small_repo(tmp_path / "repo", replicas=1, history=1)
+    scenario = Scenario(tmp_path, repo)
+    scenario.run_pass()
+    stored = []
+    for image in ("sglang:v2", "sglang:v3", "sglang:v4"):
+        small_repo(repo, replicas=1, history=1, image=image)
+        scenario.run_pass()
+        with SimCluster(scenario.path) as cluster:
+            stored = sorted((r["revision"], r["metadata"]["name"])
+                            for r in cluster.list_objects("ControllerRevision"))
+    in_use = scenario.rows("small-engine")[0]["revision"]
+    desired = scenario.replica("small-engine")["spec"]["revision"]
+    names = [name for _, name in stored]
+    # The revision in use, the desired one, and one more of history.
+    assert in_use in names and desired in names
+    assert len(names) == 3
+    assert [n for n, _ in stored] == sorted(n for n, _ in stored)
+
+
+def test_without_a_limit_every_revision_is_kept(tmp_path):
+    repo = small_repo(tmp_path / "repo", replicas=1)
+    scenario = Scenario(tmp_path, repo)
+    scenario.run_pass()
+    for image in ("sglang:v2", "sglang:v3", "sglang:v4"):
+        small_repo(repo, replicas=1, image=image)
+        scenario.run_pass()
+    with SimCluster(scenario.path) as cluster:
+        assert len(cluster.list_objects("ControllerRevision")) == 4
+
+
+def test_pinned_runtime_keeps_its_template_and_reports_drift(tmp_path):
+    repo = small_repo(tmp_path / "repo", replicas=1, auto_sync=False)
+    scenario = Scenario(tmp_path, repo)
+    scenario.until_idle()
+    before = scenario.replica("small-engine")["spec"]["revision"]
+    small_repo(repo, replicas=1, auto_sync=False, runtime_image="sglang:v9")
+    scenario.run_pass()
+    replica = scenario.replica("small-engine")
+    assert replica["spec"]["revision"] == before
+    drift = next(c for c in replica["status"]["conditions"] if c["type"] == "RuntimeDrifted")
+    assert drift["status"] == "True"
+    # Unpinned, the same runtime change is a new revision.
+    small_repo(repo, replicas=1, auto_sync=True, runtime_image="sglang:v9")
+    scenario.run_pass()
+    assert scenario.replica("small-engine")["spec"]["revision"] != before
