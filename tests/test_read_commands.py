@@ -82,6 +82,7 @@ def test_instance_list_in_flight_shows_the_operation(cli, tmp_path):
     assert operation["type"] == "Create"
     assert set(operation) >= {"type", "step", "strategy", "startedAt", "deadline", "waiting"}
     code, out, _ = cli("instance", "list", "qwen3-0-6b", "-n", "qwen3-0-6b", "--cluster", spec)
+    assert code == 0
     assert f"Create/{operation['step']}" in out
 
 
@@ -119,6 +120,7 @@ def test_instance_status_shows_only_that_instances_warnings(cli, settled):
     assert one["events"][0]["object"] == {"kind": "InferenceService", "name": "qwen3-0-6b"}
     code, out, _ = cli("instance", "status", "qwen3-0-6b", "0", "-n", "qwen3-0-6b",
                        "--cluster", settled)
+    assert code == 0
     assert "ImagePullBackOff" in out and "CrashLoopBackOff" not in out
 
 
@@ -126,8 +128,8 @@ def test_missing_replica_is_a_clear_error(cli, settled):
     code, out, err = cli("instance", "list", "nope", "-n", "qwen3-0-6b", "--cluster", settled)
     assert code == 1 and out == ""
     assert err.strip().splitlines() == [
-        "omegitops: error: InferenceReplica qwen3-0-6b/nope-engine not found: nope has no "
-        "OMENative engine in namespace qwen3-0-6b, or reconcile has not run yet"]
+        ("omegitops: error: InferenceReplica qwen3-0-6b/nope-engine not found: nope has no "
+         "OMENative engine in namespace qwen3-0-6b, or reconcile has not run yet")]
     code, _, err = cli("instance", "status", "qwen3-0-6b", "0", "-n", "qwen3-0-6b",
                        "--component", "router", "--cluster", settled)
     assert code == 1 and "qwen3-0-6b/qwen3-0-6b-router not found" in err
@@ -183,5 +185,6 @@ def test_events_aggregate_repeats(cli, settled):
         record_warning(settled, "qwen3-0-6b", "qwen3-0-6b", message, reason="TerminalPodRecycled")
     code, out, _ = cli("events", "--reason", "TerminalPodRecycled", "--cluster", settled,
                        "-o", "json")
+    assert code == 0
     (event,) = json.loads(out)
     assert event["count"] == 3 and event["type"] == "Warning"

@@ -25,6 +25,7 @@ SCHEMA_FILES = [
     "operator-values.schema.json",
     "inferencereplica.schema.json",
 ]
+HAND_WRITTEN = ["status-report.schema.json"]  # not produced by generate.py
 CORPUS_KINDS = {
     "InferenceService": "inferenceservice.schema.json",
     "ServingRuntime": "servingruntime.schema.json",
@@ -264,14 +265,14 @@ def columnar(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- schemas
 
 
-@pytest.mark.parametrize("filename", SCHEMA_FILES)
+@pytest.mark.parametrize("filename", SCHEMA_FILES + HAND_WRITTEN)
 def test_schema_is_valid_draft_2020_12(filename: str) -> None:
     schema = json.loads((SCHEMAS / filename).read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 
 
-@pytest.mark.parametrize("filename", SCHEMA_FILES)
+@pytest.mark.parametrize("filename", SCHEMA_FILES + HAND_WRITTEN)
 def test_every_ref_resolves(filename: str) -> None:
     schema = json.loads((SCHEMAS / filename).read_text(encoding="utf-8"))
     refs: set[str] = set()

@@ -84,7 +84,7 @@ def _reconcile(args: argparse.Namespace, loaded, items) -> int:
         if args.report_dir:
             from omegitops.report import write_report
 
-            write_report(args.report_dir, loaded, cluster)
+            write_report(args.report_dir, loaded, cluster, repository=args.repo)
     print(replica_table(replicas, now))
     return 1 if failed or not loaded.result.ok else 0
 

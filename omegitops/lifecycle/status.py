@@ -43,7 +43,7 @@ def component_status(
             available += 1
         if pods.serving_pod_count() >= need:
             serving += 1
-        if row.get("revision") == desired.revision and not row.get("operation"):
+        if row.get("revision") == desired.revision and row.get("phase") != "Deleting":
             updated += 1
     want = desired.lifecycle.replicas
     counts = {
@@ -53,8 +53,7 @@ def component_status(
         "servingReplicas": serving,
         "updatedReplicas": updated,
     }
-    revisions = [row.get("revision") for row in rows if row.get("revision")]
-    current = max(set(revisions), key=revisions.count) if revisions else None
+    current = _current_revision(rows)
     conditions = _conditions(desired, rows, counts, want, previous.get("conditions") or [], now)
     return {
         **counts,
@@ -64,6 +63,20 @@ def component_status(
         "conditions": conditions,
         "rolloutHold": None,
     }
+
+
+def _current_revision(rows: list[dict]) -> str | None:
+    """The revision most Instances run, Ready ones first; ties go to the name, so the
+    answer never depends on hash order."""
+    counts: dict[str, tuple[int, int]] = {}
+    for row in rows:
+        revision = row.get("revision")
+        if revision:
+            ready, total = counts.get(revision, (0, 0))
+            counts[revision] = (ready + (row.get("phase") == "Ready"), total + 1)
+    if not counts:
+        return None
+    return min(counts, key=lambda r: (-counts[r][0], -counts[r][1], r))
 
 
 def _conditions(desired: Any, rows: list[dict], counts: dict, want: int,
@@ -79,7 +92,8 @@ def _conditions(desired: Any, rows: list[dict], counts: dict, want: int,
     else:
         ready = (FALSE, "InsufficientServing", f"{serving}/{want} Instances serving")
     progressing = (
-        (TRUE, "InstancesChanging", f"{len(in_flight)} Instance operations in flight")
+        (TRUE, "InstancesChanging", _plural(len(in_flight), "Instance operation")
+         + " in flight")
         if in_flight or len(rows) != want
         else (FALSE, "Settled", "no Instance operation in flight")
     )
@@ -115,6 +129,10 @@ def _condition(kind: str, status: str, reason: str, message: str, previous: list
             since = old.get("lastTransitionTime") or since
     return {"type": kind, "status": status, "reason": reason, "message": message,
             "lastTransitionTime": since}
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _list(indices: list[int]) -> str:

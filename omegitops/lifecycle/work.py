@@ -1,0 +1,182 @@
+"""The working state of one planning pass over one component.
+
+``Work`` carries what every step function needs: the desired and observed
+state, the clock reading, the Instance rows being rewritten, and the actions,
+events and wake-ups collected so far. It touches nothing outside itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegitops.cluster.times import format_time
+from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.actions import Action, CreatePod, DeletePod, Event, SetServing
+from omegitops.lifecycle.instance import InstancePods, PodSpecInput, instance_pods
+from omegitops.lifecycle.resolve import ComponentLifecycle, timeout_seconds
+from omegitops.lifecycle.revisions import stored_templates
+from omegitops.lifecycle.services import plan_podgroup, podgroup_name
+
+# Operation types (DESIGN.md §4); an Update also has a mode.
+CREATE, UPDATE, DELETE, RESTART = "Create", "Update", "Delete", "Restart"
+SURGE, DRAIN, IN_PLACE = "Surge", "Drain", "InPlace"
+# Phases.
+CREATING, UPDATING, DELETING, READY, PENDING, FAILED = (
+    "Creating", "Updating", "Deleting", "Ready", "Pending", "Failed")
+PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+# Pods carry the start time of the operation that created them, which tells a
+# replacement of this attempt from one an earlier attempt left behind.
+OPERATION_ANNOTATION = "ome.io/operation-started"
+
+
+@dataclass(frozen=True)
+class DesiredComponent:
+    """What the repository asks for one component, already resolved and rendered."""
+
+    namespace: str
+    isvc: str
+    component: str
+    lifecycle: ComponentLifecycle
+    templates: dict[str, dict]
+    revision: str
+    runtime_config: dict = field(default_factory=dict)
+    pinned: bool = False
+    drifted: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.isvc}-{self.component}"
+
+    @property
+    def gang(self) -> bool:
+        return self.lifecycle.shape == "gang"
+
+    @property
+    def pods_per_instance(self) -> int:
+        return 1 + self.lifecycle.worker_size if self.gang else 1
+
+
+@dataclass
+class ObservedComponent:
+    """What the cluster holds for one component."""
+
+    replica: dict | None = None
+    pods: list[dict] = field(default_factory=list)
+    revisions: list[dict] = field(default_factory=list)
+    services: dict[str, dict] = field(default_factory=dict)
+    podgroups: dict[str, dict] | None = None  # None: the PodGroup kind is not installed
+
+
+@dataclass
+class Work:
+    desired: DesiredComponent
+    observed: ObservedComponent
+    now: float
+    rows: dict[int, dict] = field(default_factory=dict)
+    groups: dict[int, list[dict]] = field(default_factory=dict)
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    wakes: list[float] = field(default_factory=list)
+    retries: dict[str, dict] = field(default_factory=dict)
+    hold: dict | None = None
+
+    # -- reading --------------------------------------------------------------
+
+    @property
+    def lifecycle(self) -> ComponentLifecycle:
+        return self.desired.lifecycle
+
+    @property
+    def needed(self) -> int:
+        return self.desired.pods_per_instance
+
+    def own_pods(self, row: dict) -> list[dict]:
+        """The pods that are the Instance itself (not a surge replacement or an extra)."""
+        pods = self.groups.get(row["index"], [])
+        if self.desired.gang:
+            return list(pods)
+        ordinal = row.get("ordinal", 0)
+        return [p for p in pods if P.ordinal_of(p) == ordinal]
+
+    def instance(self, row: dict) -> InstancePods:
+        return InstancePods(self.needed, self.own_pods(row))
+
+    def templates(self, revision: str) -> dict[str, dict]:
+        """The pod templates of a revision: the desired ones, or those stored with it."""
+        if revision == self.desired.revision:
+            return self.desired.templates
+        stored = stored_templates(self.observed.revisions, revision)
+        return stored if stored is not None else self.desired.templates
+
+    def pod_input(self, revision: str) -> PodSpecInput:
+        desired = self.desired
+        return PodSpecInput(desired.namespace, desired.isvc, desired.component, revision,
+                            self.templates(revision), desired.lifecycle.worker_size,
+                            desired.gang)
+
+    def seconds(self, name: str) -> float | None:
+        """An operator duration setting in seconds (None when unset)."""
+        from omegitops.lifecycle.durations import parse_duration
+
+        value = self.lifecycle.value(name)
+        return parse_duration(value) if isinstance(value, str) else value
+
+    # -- writing --------------------------------------------------------------
+
+    def event(self, kind: str, reason: str, index: int | None, text: str) -> None:
+        where = f"OMENative component={self.desired.component}"
+        if index is not None:
+            where += f" instance={index}"
+        self.events.append(Event(kind, reason, f"{where} {text}"))
+
+    def wake(self, at: float | None) -> None:
+        if at is not None and at > self.now:
+            self.wakes.append(at)
+
+    def serve(self, pod: dict, serving: bool) -> None:
+        meta = pod["metadata"]
+        self.actions.append(SetServing(meta["namespace"], meta["name"], serving))
+
+    def delete(self, pod: dict, grace: int | None = None) -> None:
+        if P.is_terminating(pod):
+            return
+        meta = pod["metadata"]
+        self.actions.append(DeletePod(meta["namespace"], meta["name"], grace))
+
+    def operation(self, kind: str, step: str, strategy: str | None = None,
+                  target: str | None = None, mode: str | None = None) -> dict[str, Any]:
+        timeout = timeout_seconds(self.lifecycle)
+        op: dict[str, Any] = {
+            "type": kind,
+            "step": step,
+            "strategy": strategy,
+            "startedAt": format_time(self.now),
+            "deadline": format_time(self.now + timeout) if timeout and kind != DELETE else None,
+            "waiting": None,
+        }
+        if mode:
+            op["mode"] = mode
+        if target:
+            op["targetRevision"] = target
+        return op
+
+    def create_pods(self, row: dict, revision: str, incarnation: int, ordinal: int,
+                    existing: list[dict], operation: dict | None = None) -> list[dict]:
+        """Create the pods of ``row`` at ``revision`` that ``existing`` lacks; return them."""
+        have = {p["metadata"]["name"] for p in existing}
+        wanted = instance_pods(self.pod_input(revision), row["index"], incarnation, ordinal)
+        missing = [pod for pod in wanted if pod["metadata"]["name"] not in have]
+        if not missing:
+            return []
+        group = plan_podgroup(self.desired, row["index"], self.observed.podgroups)
+        if group is not None:
+            self.actions.append(group)
+        for pod in missing:
+            if self.observed.podgroups is not None and self.desired.gang:
+                pod["metadata"]["labels"][PODGROUP_LABEL] = podgroup_name(self.desired,
+                                                                          row["index"])
+            if operation is not None:
+                pod["metadata"]["annotations"][OPERATION_ANNOTATION] = operation["startedAt"]
+            self.actions.append(CreatePod(pod))
+        return missing
