@@ -10,6 +10,7 @@ from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.errors import Transient
 from omegitops.cluster.sim import SimCluster
 from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.replica import decode_rows
 from omegitops.lifecycle.templates import (
     LABEL_COMPONENT,
@@ -63,6 +64,8 @@ class Scenario:
         SimCluster.init(self.path, nodes=nodes, gpus_per_node=gpus, podgroups=podgroups)
         self.passes = 0
         self.max_rows: Counter = Counter()
+        # Checks a test adds, run after every pass like the invariants.
+        self.watches: list = []
 
     def items(self):
         loaded = load(self.repo)
@@ -80,6 +83,8 @@ class Scenario:
             self.passes += 1
             # A killed pass may leave a gang half-created; the next pass completes it.
             check_invariants(cluster, self.max_rows, items, whole=kill_after is None)
+        for watch in self.watches:
+            watch(self)
         return result
 
     def advance(self, seconds: float) -> None:
@@ -133,9 +138,18 @@ class Scenario:
         with SimCluster(self.path) as cluster:
             return [p for p in cluster.list_pods() if p["metadata"]["name"].startswith(prefix)]
 
-    def fault(self, kind: str, pod: str | None = None, clear: bool = False) -> None:
+    def fault(self, kind: str, pod: str | None = None, clear: bool = False,
+              image: str | None = None) -> None:
         with SimCluster(self.path) as cluster:
-            cluster.inject_fault(kind, pod=pod, clear=clear)
+            cluster.inject_fault(kind, pod=pod, clear=clear, image=image)
+
+    def events(self, reason: str | None = None) -> list[dict]:
+        with SimCluster(self.path) as cluster:
+            events = cluster.list_objects("Event")
+        return [e for e in events if reason in (None, e["reason"])]
+
+    def status(self, name: str) -> dict:
+        return self.replica(name)["status"]
 
     def now(self):
         with SimCluster(self.path) as cluster:
@@ -161,25 +175,45 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
         key = (meta["namespace"], labels[LABEL_ISVC], labels[LABEL_COMPONENT],
                int(labels[LABEL_INDEX]))
         by_instance.setdefault(key, []).append(pod)
-    needed = {(i.service.id.namespace, i.service.id.name, i.lifecycle.component):
-              1 + i.lifecycle.worker_size if i.lifecycle.shape == "gang" else 1 for i in items}
+    shapes = {(i.service.id.namespace, i.service.id.name, i.lifecycle.component): i.lifecycle
+              for i in items}
+    live_by_component: Counter = Counter()
     for key, members in by_instance.items():
         live = [p for p in members if not P.is_terminating(p) and not P.has_ended(p)]
-        want = needed.get(key[:3])
-        if want is None:
+        lifecycle = shapes.get(key[:3])
+        if lifecycle is None:
             continue
-        # A gang is created, routed and deleted whole.
-        if whole:
-            assert len(live) in (0, want), (key, [p["metadata"]["name"] for p in live])
-        gates = {P.gate_set(p) for p in live}
-        assert len(gates) <= 1, f"gang {key} is partly in rotation"
+        live_by_component[key[:3]] += len(live)
+        if lifecycle.shape == "gang":
+            want = 1 + lifecycle.worker_size
+            # A gang is created, routed, moved and deleted whole, on one revision.
+            if whole:
+                assert len(live) in (0, want), (key, [p["metadata"]["name"] for p in live])
+            assert len({P.revision_of(p) for p in live}) <= 1, f"gang {key} mixes revisions"
+            assert len({P.incarnation_of(p) for p in live}) <= 1, f"gang {key} mixes pods"
+            gates = {P.gate_set(p) for p in live}
+            assert len(gates) <= 1, f"gang {key} is partly in rotation"
+        else:
+            # The Instance's pod, and at most one surge replacement beside it.
+            assert len(live) <= 2, (key, [p["metadata"]["name"] for p in live])
+    for key, lifecycle in shapes.items():
+        if not lifecycle.managed:
+            continue
+        need = 1 + lifecycle.worker_size if lifecycle.shape == "gang" else 1
+        surge = scaled_value(lifecycle.value("updateStrategy.rollingUpdate.maxSurge"),
+                             lifecycle.replicas)
+        ceiling = max_rows[(key[1], key[2])] + (surge if surge is not None
+                                                else max_rows[(key[1], key[2])])
+        assert live_by_component[key] <= ceiling * need, (key, live_by_component[key])
     replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
     for replica in replicas:
         rows = decode_rows((replica.get("status") or {}).get("instances"))
         indices = [row["index"] for row in rows]
         assert len(indices) == len(set(indices)), f"{replica['metadata']['name']}: doubled"
         spec = replica["spec"]
-        assert len(rows) <= max_rows[(spec["inferenceService"], spec["component"])]
+        most = max_rows[(spec["inferenceService"], spec["component"])]
+        # Rows beyond the desired ones are surge replacements and Instances going away.
+        assert len(rows) <= 2 * most, rows
         namespace = replica["metadata"]["namespace"]
         for key in by_instance:
             if key[:3] == (namespace, spec["inferenceService"], spec["component"]):

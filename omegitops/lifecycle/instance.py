@@ -138,12 +138,9 @@ class InstancePods:
     def terminating(self) -> list[dict]:
         return [p for p in self.pods if P.is_terminating(p)]
 
-    def entry(self) -> dict | None:
-        """The pod that takes requests: the leader, or the single pod."""
-        for pod in self.live:
-            if P.runner_of(pod) in (LEADER, DEFAULT):
-                return pod
-        return None
+    def entries(self) -> list[dict]:
+        """The pods that take requests: the leader, or the single pod (two during a surge)."""
+        return [p for p in self.live if P.runner_of(p) in (LEADER, DEFAULT)]
 
     def containers_ready(self) -> bool:
         live = self.live
@@ -153,10 +150,9 @@ class InstancePods:
         return sum(1 for p in self.live if P.is_ready(p))
 
     def serving_pod_count(self) -> int:
-        """Serving pods, workers included, but 0 when the entry pod does not serve:
-        a gang serves only through its leader."""
-        entry = self.entry()
-        if entry is None or not (P.is_ready(entry) and P.gate_set(entry)):
+        """Serving pods, workers included, but 0 when no entry pod serves: a gang
+        serves only through its leader."""
+        if not any(P.is_ready(p) and P.gate_set(p) for p in self.entries()):
             return 0
         return sum(1 for p in self.live if P.is_ready(p) and P.gate_set(p))
 

@@ -24,18 +24,15 @@ from omegitops.lifecycle.resolve import timeout_seconds
 TRUE, FALSE = "True", "False"
 
 
-def component_status(
-    desired: Any,
-    rows: list[dict],
-    groups: dict[int, list[dict]],
-    previous: dict,
-    now: float,
-) -> dict[str, Any]:
+def component_status(work: Any, rows: list[dict], previous: dict,
+                     rollout: dict) -> dict[str, Any]:
+    desired, now = work.desired, work.now
     need = desired.pods_per_instance
     min_ready = desired.lifecycle.min_ready_seconds
     ready = available = serving = updated = 0
     for row in rows:
-        pods = InstancePods(need, groups.get(row["index"], []))
+        # Every pod of the Instance counts, so it still counts during a surge.
+        pods = InstancePods(need, work.groups.get(row["index"], []))
         if pods.ready_count() >= need:
             ready += 1
         since = pods.containers_ready_since()
@@ -53,15 +50,15 @@ def component_status(
         "servingReplicas": serving,
         "updatedReplicas": updated,
     }
-    current = _current_revision(rows)
-    conditions = _conditions(desired, rows, counts, want, previous.get("conditions") or [], now)
+    conditions = _conditions(work, rows, counts, want, previous.get("conditions") or [],
+                             rollout)
     return {
         **counts,
         "desiredReplicas": want,
-        "currentRevision": current,
+        "currentRevision": _current_revision(rows),
         "updateRevision": desired.revision,
         "conditions": conditions,
-        "rolloutHold": None,
+        "rolloutHold": rollout.get("hold"),
     }
 
 
@@ -79,45 +76,84 @@ def _current_revision(rows: list[dict]) -> str | None:
     return min(counts, key=lambda r: (-counts[r][0], -counts[r][1], r))
 
 
-def _conditions(desired: Any, rows: list[dict], counts: dict, want: int,
-                previous: list[dict], now: float) -> list[dict]:
-    failed = [row["index"] for row in rows if row.get("phase") == "Failed"]
-    in_flight = [row for row in rows if row.get("operation")]
-    serving = counts["servingReplicas"]
-    if failed:
-        ready = (FALSE, "InstanceFailed", (f"Instances {_list(failed)} failed; "
-                 f"{serving}/{want} Instances serving"))
-    elif serving >= want:
-        ready = (TRUE, "AllInstancesServing", f"{serving}/{want} Instances serving")
-    else:
-        ready = (FALSE, "InsufficientServing", f"{serving}/{want} Instances serving")
-    progressing = (
-        (TRUE, "InstancesChanging", _plural(len(in_flight), "Instance operation")
-         + " in flight")
-        if in_flight or len(rows) != want
-        else (FALSE, "Settled", "no Instance operation in flight")
-    )
-    unconfigured = timeout_seconds(desired.lifecycle) is None
-    timeout = (
-        (TRUE, "NoDeadline", ("lifecycle.instanceReadyTimeout is unset everywhere: operations "
-         "get no deadline and a stuck Instance waits for you"))
-        if unconfigured
-        else (FALSE, "DeadlineConfigured",
-              f"operations time out after {desired.lifecycle.value('instanceReadyTimeout')}")
-    )
+def _conditions(work: Any, rows: list[dict], counts: dict, want: int,
+                previous: list[dict], rollout: dict) -> list[dict]:
+    desired, now = work.desired, work.now
     wanted = {
-        "Ready": ready,
-        "Progressing": progressing,
-        "InstanceReadyTimeoutUnconfigured": timeout,
+        "Ready": _ready(desired, rows, counts, want, rollout),
+        "Progressing": _progressing(rows, want),
+        "RolloutStalled": _stalled(work, rows, rollout),
+        "InstanceReadyTimeoutUnconfigured": _timeout(desired),
     }
     if desired.pinned:
         wanted["RuntimeDrifted"] = (
-            (TRUE, "RuntimeChanged", ("the runtime changed since this service pinned it "
-             "(spec.runtime.autoSync: false); the pinned template keeps serving"))
+            (TRUE, "RuntimeChanged", "the runtime changed since this service pinned it "
+             "(spec.runtime.autoSync: false); the pinned template keeps serving")
             if desired.drifted
             else (FALSE, "RuntimeInSync", "the pinned runtime matches the runtime")
         )
     return [_condition(kind, *value, previous, now) for kind, value in wanted.items()]
+
+
+def _ready(desired: Any, rows: list[dict], counts: dict, want: int,
+           rollout: dict) -> tuple[str, str, str]:
+    failed = [row["index"] for row in rows if row.get("phase") == "Failed"]
+    serving = counts["servingReplicas"]
+    if failed:
+        return (FALSE, "InstanceFailed", f"Instances {_list(failed)} failed; "
+                f"{serving}/{want} Instances serving")
+    if serving < want:
+        return FALSE, "InsufficientServing", f"{serving}/{want} Instances serving"
+    staged = _staged(desired, rows, want, rollout.get("partition") or 0)
+    if staged:
+        return TRUE, "Staged", staged
+    return TRUE, "AllInstancesServing", f"{serving}/{want} Instances serving"
+
+
+def _staged(desired: Any, rows: list[dict], want: int, partition: int) -> str | None:
+    """update-strategies.txt: ``Staged at partition 1: 1/2 Instances on <rev>, 1 held on
+    the prior revision`` once every Instance at or above the partition has moved."""
+    if partition <= 0:
+        return None
+    held = [r for r in rows if r["index"] < partition and r.get("revision") != desired.revision]
+    moved = [r for r in rows if r.get("revision") == desired.revision]
+    above = [r for r in rows if r["index"] >= partition]
+    if not held or any(r.get("revision") != desired.revision or r.get("operation")
+                       for r in above):
+        return None
+    return (f"Staged at partition {partition}: {len(moved)}/{want} Instances on "
+            f"{desired.revision}, {len(held)} held on the prior revision")
+
+
+def _progressing(rows: list[dict], want: int) -> tuple[str, str, str]:
+    in_flight = [row for row in rows if row.get("operation") and row.get("phase") != "Failed"]
+    if in_flight or len(rows) != want:
+        return (TRUE, "InstancesChanging",
+                _plural(len(in_flight), "Instance operation") + " in flight")
+    return FALSE, "Settled", "no Instance operation in flight"
+
+
+def _stalled(work: Any, rows: list[dict], rollout: dict) -> tuple[str, str, str]:
+    target = work.desired.revision
+    if rollout.get("refused"):
+        return (TRUE, "InPlaceUpdateNotPossible",
+                f"InPlaceOnly refused to move Instances {_list(rollout['refused'])}: the change "
+                "is more than container images")
+    if (work.retries.get(target) or {}).get("held"):
+        return TRUE, "RevisionHeld", f"revision {target} is held after failed attempts"
+    failed = [r["index"] for r in rows if r.get("phase") == "Failed"
+              and (r.get("operation") or {}).get("type") == "Update"]
+    if failed:
+        return TRUE, "InstanceFailed", f"Instances {_list(failed)} failed during the rollout"
+    return FALSE, "RolloutMoving", "nothing stops the rollout"
+
+
+def _timeout(desired: Any) -> tuple[str, str, str]:
+    if timeout_seconds(desired.lifecycle) is None:
+        return (TRUE, "NoDeadline", "lifecycle.instanceReadyTimeout is unset everywhere: "
+                "operations get no deadline and a stuck Instance waits for you")
+    return (FALSE, "DeadlineConfigured",
+            f"operations time out after {desired.lifecycle.value('instanceReadyTimeout')}")
 
 
 def _condition(kind: str, status: str, reason: str, message: str, previous: list[dict],

@@ -1,0 +1,51 @@
+# The omegitops job image: `omegitops` on Python 3.11, with git (GitPython
+# drives the git binary to clone, commit and push), running as a non-root user.
+#
+#   docker build -t ghcr.io/omegitops/omegitops:0.1.0 .
+#
+# The jobs in pipelines/ run it as `omegitops reconcile ...` with a read-only
+# root filesystem, an emptyDir at /work (the clone) and /tmp.
+
+# A fixed Python patch release on a fixed Debian release; bump it on purpose.
+FROM python:3.11.11-slim-bookworm
+
+# No .pyc files in the read-only image, logs unbuffered, pip quiet and offline
+# of its own version check. Git never prompts: a missing credential fails the
+# run instead of hanging it.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    GIT_TERMINAL_PROMPT=0
+
+# git for GitPython; ca-certificates for https remotes.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+
+# Git credentials come from the environment (GIT_USERNAME, GIT_TOKEN, set from
+# the Secret omegitops-git), never from the URL or the command line: this
+# system-wide credential helper answers git's `get` with them. The committer
+# identity of status-report commits is set here too (GIT_AUTHOR_NAME and
+# friends in the job's env override it).
+RUN git config --system credential.helper \
+        '!f() { test "$1" = get || exit 0; echo "username=${GIT_USERNAME}"; echo "password=${GIT_TOKEN}"; }; f' \
+    && git config --system user.name "omegitops" \
+    && git config --system user.email "omegitops@users.noreply.github.com"
+
+# Install the package (and only what it needs: see .dockerignore).
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY omegitops ./omegitops
+RUN pip install --no-cache-dir . \
+    && rm -rf /src
+
+# A numeric, unprivileged user, so that Kubernetes' runAsNonRoot can check it.
+RUN groupadd --system --gid 10001 omegitops \
+    && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/omegitops \
+        --shell /usr/sbin/nologin omegitops \
+    && install -d -o 10001 -g 10001 /work
+USER 10001:10001
+WORKDIR /work
+
+ENTRYPOINT ["omegitops"]
+CMD ["--help"]

@@ -1,0 +1,117 @@
+"""Telling when an operation's pods can't finish, and recording why.
+
+An operation fails when one of its pods ended (phase Failed), stayed wedged
+in a waiting state (CrashLoopBackOff, ImagePullBackOff...) past
+stuckPodGracePeriod, could not be scheduled past unschedulableGracePeriod,
+or when the operation's deadline passed. Without a setting, its check is off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegitops.cluster.times import format_time, parse_time
+from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.templates import MAIN_CONTAINER
+from omegitops.lifecycle.work import Work
+
+STUCK_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                 "CreateContainerConfigError", "CreateContainerError")
+# Failures the revision itself causes: retried with backoff, then held.
+REVISION_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+
+
+def _waiting(pod: dict) -> tuple[str, dict] | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        reason = ((status.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason in STUCK_REASONS:
+            return reason, status
+    return None
+
+
+def _last_terminated(status: dict) -> dict:
+    return (status.get("lastState") or {}).get("terminated") or (
+        (status.get("state") or {}).get("terminated") or {})
+
+
+def failure_record(work: Work, pod: dict, reason: str, message: str,
+                   container: str | None = None, exit_code: int | None = None) -> dict:
+    return {"pod": pod["metadata"]["name"], "container": container, "reason": reason,
+            "exitCode": exit_code, "message": message, "time": format_time(work.now)}
+
+
+def ended_failure(work: Work, pod: dict) -> dict:
+    """Why a pod ended: its own reason (Evicted) or its main container's."""
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        terminated = _last_terminated(container)
+        if terminated and container.get("name") == MAIN_CONTAINER:
+            return failure_record(work, pod, status.get("reason") or terminated.get("reason")
+                                  or "Error", status.get("message") or "pod ended",
+                                  container["name"], terminated.get("exitCode"))
+    return failure_record(work, pod, status.get("reason") or "Failed",
+                          status.get("message") or "pod ended")
+
+
+def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
+    """The failure of an operation bringing ``pods`` up, or None while it may go on."""
+    stuck_grace = work.seconds("stuckPodGracePeriod")
+    unschedulable_grace = work.seconds("unschedulableGracePeriod")
+    stuck = operation.setdefault("stuck", {})
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        if P.has_ended(pod):
+            return ended_failure(work, pod)
+        scheduled, since = P.condition(pod, "PodScheduled")
+        if not scheduled and since is not None and _unschedulable(pod):
+            if unschedulable_grace is not None:
+                if work.now >= since + unschedulable_grace:
+                    return failure_record(work, pod, "Unschedulable",
+                                          _condition_message(pod, "PodScheduled"))
+                work.wake(since + unschedulable_grace)
+            operation["waiting"] = f"pod {name} is unschedulable"
+            continue
+        waiting = _waiting(pod)
+        if waiting is None:
+            stuck.pop(name, None)
+            continue
+        reason, status = waiting
+        first = parse_time(stuck.setdefault(name, format_time(work.now)))
+        if stuck_grace is not None:
+            if work.now >= first + stuck_grace:
+                terminated = _last_terminated(status)
+                return failure_record(
+                    work, pod, reason,
+                    f"wedged in {reason} past the stuck-pod grace",
+                    status.get("name"), terminated.get("exitCode"))
+            work.wake(first + stuck_grace)
+    deadline = operation.get("deadline")
+    if deadline and work.now >= parse_time(deadline):
+        pod = pods[0] if pods else None
+        record = {"pod": pod["metadata"]["name"] if pod else None, "container": None,
+                  "reason": "DeadlineExceeded",
+                  "exitCode": None, "message": "the operation ran past its deadline "
+                  f"({work.lifecycle.value('instanceReadyTimeout')})",
+                  "time": format_time(work.now)}
+        return record
+    if deadline:
+        work.wake(parse_time(deadline))
+    return None
+
+
+def _unschedulable(pod: dict) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled":
+            return cond.get("reason") == "Unschedulable"
+    return False
+
+
+def _condition_message(pod: dict, kind: str) -> str:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond.get("message") or cond.get("reason") or ""
+    return ""
+
+
+def revision_caused(failure: dict[str, Any]) -> bool:
+    return failure.get("reason") in REVISION_REASONS

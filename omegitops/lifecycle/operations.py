@@ -1,0 +1,143 @@
+"""Create and Delete operations, and Instances at rest.
+
+Each step function moves one Instance by at most one step per pass:
+
+- Create: CreatePods, WaitReady, WaitAvailable
+- Delete: Unroute, DeletePods, WaitGone
+"""
+
+from __future__ import annotations
+
+from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.actions import DeleteObject
+from omegitops.lifecycle.services import podgroup_name
+from omegitops.lifecycle.work import CREATE, CREATING, DELETE, DELETING, READY, Work
+
+CREATE_PODS, WAIT_READY, WAIT_AVAILABLE = "CreatePods", "WaitReady", "WaitAvailable"
+UNROUTE, DELETE_PODS, WAIT_GONE = "Unroute", "DeletePods", "WaitGone"
+GONE = "gone"
+
+
+def new_row(index: int, incarnation: int, revision: str, phase: str,
+            operation: dict | None) -> dict:
+    return {"index": index, "incarnation": incarnation, "phase": phase, "revision": revision,
+            "pods": [], "operation": operation, "lastFailure": None}
+
+
+def open_create(work: Work, index: int) -> dict:
+    """A new Instance at ``index`` on the desired revision, created in this pass."""
+    row = new_row(index, 1, work.desired.revision, CREATING,
+                  work.operation(CREATE, CREATE_PODS))
+    work.rows[index] = row
+    work.event("Normal", "InstanceCreating", index,
+               f"creating at revision {row['revision']} (incarnation=1)")
+    step_create(work, row)
+    return row
+
+
+def open_delete(work: Work, row: dict, why: str) -> None:
+    row["phase"] = DELETING
+    row["operation"] = work.operation(DELETE, UNROUTE)
+    work.event("Normal", "InstanceDeleting", row["index"], f"deleting: {why}")
+    step_delete(work, row)
+
+
+def step_create(work: Work, row: dict) -> None:
+    operation = row["operation"]
+    pods = work.instance(row)
+    if operation["step"] == CREATE_PODS:
+        created = work.create_pods(row, row["revision"], row["incarnation"],
+                                   row.get("ordinal", 0), pods.pods)
+        if not created:
+            operation["step"] = WAIT_READY
+        return
+    if operation["step"] == WAIT_READY:
+        if pods.containers_ready():
+            # The whole gang enters rotation together.
+            for pod in pods.live:
+                if not P.gate_set(pod):
+                    work.serve(pod, True)
+            operation["step"] = WAIT_AVAILABLE
+        return
+    if operation["step"] == WAIT_AVAILABLE:
+        finish_when_available(work, row, "ready")
+
+
+def finish_when_available(work: Work, row: dict, verb: str) -> bool:
+    """Ready once every pod has been Ready for minReadySeconds; the window starts
+    over when a pod stops being Ready. Returns whether the Instance is Ready."""
+    pods = work.instance(row)
+    for pod in pods.live:
+        if P.containers_ready(pod) and not P.gate_set(pod):
+            work.serve(pod, True)
+    since = pods.ready_since()
+    if since is None:
+        return False
+    available_at = since + work.lifecycle.min_ready_seconds
+    if work.now < available_at:
+        work.wake(available_at)
+        return False
+    row["phase"] = READY
+    row["operation"] = None
+    work.event("Normal", "InstanceReady", row["index"],
+               f"{verb} on revision {row['revision']} (incarnation={row['incarnation']})")
+    return True
+
+
+def step_delete(work: Work, row: dict) -> str | None:
+    """Unroute, delete once unrouted, and drop the row when every pod is gone."""
+    operation = row["operation"]
+    pods = work.groups.get(row["index"], [])
+    if operation["step"] == UNROUTE:
+        for pod in pods:
+            if P.gate_set(pod) and not P.is_terminating(pod):
+                work.serve(pod, False)
+        operation["step"] = DELETE_PODS
+        return None
+    grace = operation.get("abandonGrace")  # a replacement that never served goes fast
+    if operation["step"] == DELETE_PODS:
+        for pod in pods:
+            work.delete(pod, grace)
+        operation["step"] = WAIT_GONE
+        return None
+    if pods:
+        for pod in pods:
+            work.delete(pod, grace)  # a pod that appeared meanwhile goes too
+        work.wake(min((P.deletion_deadline(p) or work.now) for p in pods))
+        return None
+    desired = work.desired
+    groups = work.observed.podgroups
+    if groups is not None and podgroup_name(desired, row["index"]) in groups:
+        work.actions.append(DeleteObject("PodGroup", desired.namespace,
+                                         podgroup_name(desired, row["index"])))
+    work.event("Normal", "InstanceDeleted", row["index"], "deleted")
+    return GONE
+
+
+def adopt_orphans(work: Work) -> None:
+    """Pods whose Instance has no row (a lost status) get their row back.
+
+    The row is rebuilt from the pods' labels, so nothing is created twice.
+    """
+    for index, members in work.groups.items():
+        if index in work.rows:
+            continue
+        live = [p for p in members if not P.is_terminating(p)]
+        source = live or members
+        row = new_row(index, max(P.incarnation_of(p) for p in source),
+                      P.revision_of(source[0]), CREATING if live else DELETING, None)
+        if not work.desired.gang:
+            row["ordinal"] = min(P.ordinal_of(p) for p in source)
+        row["operation"] = (work.operation(CREATE, CREATE_PODS) if live
+                            else work.operation(DELETE, WAIT_GONE))
+        work.rows[index] = row
+
+
+def rest(work: Work, row: dict) -> None:
+    """An Instance with no operation: a Ready one whose pods are all ready stays
+    in rotation as a whole (a pod the kubelet restarted gets its gate back)."""
+    pods = work.instance(row)
+    if row["phase"] == READY and pods.containers_ready():
+        for pod in pods.live:
+            if not P.gate_set(pod):
+                work.serve(pod, True)

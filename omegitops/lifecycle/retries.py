@@ -1,0 +1,61 @@
+"""Retrying failed updates: the revision's own backoff and hold, and a per-Instance pause.
+
+A failure the revision causes (an image that can't be pulled) counts
+toward the revision's attempts: with updateRetry the second attempt waits
+``initialBackoff``, the third twice that, and after ``maxAttempts`` the
+revision is held until a newer one replaces it or it is released. Without
+updateRetry the first such failure holds it. Any other failure (a crash
+loop, a lost node) never counts toward a hold, but the Instance pauses before
+its next attempt, so a crashing gang is not recreated in a tight loop.
+"""
+
+from __future__ import annotations
+
+from omegitops.cluster.times import format_time, parse_time
+from omegitops.lifecycle.durations import parse_duration
+from omegitops.lifecycle.failures import revision_caused
+from omegitops.lifecycle.work import Work
+
+PAUSE_FIRST, PAUSE_MAX = 30.0, 300.0
+
+
+def record_failure(work: Work, row: dict, target: str, failure: dict) -> None:
+    row["lastFailure"] = failure
+    if revision_caused(failure):
+        _count_against_revision(work, row, target)
+        return
+    attempts = int(row.get("attempts") or 0) + 1
+    row["attempts"] = attempts
+    row["retryAt"] = format_time(work.now + min(PAUSE_MAX, PAUSE_FIRST * 2 ** (attempts - 1)))
+
+
+def _count_against_revision(work: Work, row: dict, target: str) -> None:
+    entry = work.retries.setdefault(target, {"attempts": 0, "held": False})
+    entry["attempts"] += 1
+    retry = work.lifecycle.value("updateRetry")
+    if retry and entry["attempts"] < int(retry.get("maxAttempts") or 1):
+        backoff = parse_duration(retry.get("initialBackoff") or "0s")
+        entry["nextAttemptAt"] = format_time(work.now + backoff * 2 ** (entry["attempts"] - 1))
+        return
+    if not entry["held"]:
+        entry["held"] = True
+        work.event("Warning", "RevisionHeld", row["index"],
+                   f"holding revision {target} after {entry['attempts']} failed "
+                   f"attempt{'s' if entry['attempts'] != 1 else ''}: "
+                   f"{row['lastFailure']['reason']}")
+
+
+def may_start(work: Work, row: dict, target: str) -> bool:
+    """Whether an update of ``row`` toward ``target`` may start now (waking when it may)."""
+    entry = work.retries.get(target) or {}
+    if entry.get("held"):
+        return False
+    for key in (entry.get("nextAttemptAt"), row.get("retryAt")):
+        if key and work.now < parse_time(key):
+            work.wake(parse_time(key))
+            return False
+    return True
+
+
+def held(work: Work, target: str) -> bool:
+    return bool((work.retries.get(target) or {}).get("held"))

@@ -1,0 +1,493 @@
+"""Update operations: moving one Instance onto a new revision.
+
+- Surge (SurgeThenDrain): SurgeCreate, SurgeWaitReady, SurgeWaitAvailable,
+  HandOver, DrainOld, WaitDrained. A single-pod Instance gets its new pod at
+  the other ordinal; a gang gets a whole replacement Instance at a new index.
+- Drain (RecreatePod, or a change InPlaceIfPossible can't make in place):
+  Unroute, DeletePods, WaitGone, CreatePods, WaitReady, WaitAvailable.
+- InPlace (only regular containers' images changed): Unroute, PatchImages,
+  WaitReady, WaitAvailable.
+
+update-strategies.txt "Changing the pod template mid-surge" decides what a
+surge does when its target revision is withdrawn.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.actions import PatchImages
+from omegitops.lifecycle.failures import check_pods
+from omegitops.lifecycle.operations import (
+    CREATE_PODS,
+    GONE,
+    WAIT_AVAILABLE,
+    WAIT_READY,
+    finish_when_available,
+    new_row,
+    open_delete,
+    step_create,
+)
+from omegitops.lifecycle.retries import record_failure
+from omegitops.lifecycle.templates import DEFAULT
+from omegitops.lifecycle.work import (
+    CREATE,
+    CREATING,
+    DRAIN,
+    FAILED,
+    IN_PLACE,
+    OPERATION_ANNOTATION,
+    READY,
+    SURGE,
+    UPDATE,
+    UPDATING,
+    Work,
+)
+
+SURGE_CREATE, SURGE_WAIT_READY, SURGE_WAIT_AVAILABLE = (
+    "SurgeCreate", "SurgeWaitReady", "SurgeWaitAvailable")
+HAND_OVER, DRAIN_OLD, WAIT_DRAINED = "HandOver", "DrainOld", "WaitDrained"
+UNROUTE, DELETE_PODS, WAIT_GONE, PATCH_IMAGES = "Unroute", "DeletePods", "WaitGone", "PatchImages"
+ABANDON = "Abandon"
+FIRST_STEP = {SURGE: SURGE_CREATE, DRAIN: UNROUTE, IN_PLACE: UNROUTE}
+SURGE_THEN_DRAIN, IN_PLACE_ONLY = "SurgeThenDrain", "InPlaceOnly"
+
+
+# -- choosing how an Instance moves ------------------------------------------------
+
+
+def images_only(old: dict[str, dict], new: dict[str, dict]) -> bool:
+    """Whether two single-pod template sets differ in regular containers' images alone."""
+    if set(old) != {DEFAULT} or set(new) != {DEFAULT}:
+        return False
+    return _without_images(old[DEFAULT]) == _without_images(new[DEFAULT])
+
+
+def _without_images(template: dict) -> dict:
+    blank = copy.deepcopy(template)
+    for container in blank["spec"].get("containers") or []:
+        container.pop("image", None)
+    return blank
+
+
+def update_mode(work: Work, row: dict, strategy: str, surge_allowed: bool) -> str | None:
+    """How ``row`` moves under ``strategy``; None when InPlaceOnly must refuse."""
+    if strategy == SURGE_THEN_DRAIN:
+        return SURGE if surge_allowed else DRAIN
+    if strategy == "RecreatePod" or work.desired.gang:
+        # A gang moves whole: the in-place strategies recreate its pods.
+        return DRAIN
+    possible = images_only(work.templates(row["revision"]), work.desired.templates)
+    if possible:
+        return IN_PLACE
+    return None if strategy == IN_PLACE_ONLY else DRAIN
+
+
+def open_update(work: Work, row: dict, strategy: str, mode: str) -> None:
+    target = work.desired.revision
+    operation = work.operation(UPDATE, FIRST_STEP[mode], strategy, target=target, mode=mode)
+    if mode == SURGE and not work.desired.gang:
+        operation["ordinal"] = 1 - int(row.get("ordinal", 0))
+    row["operation"] = operation
+    row["phase"] = UPDATING
+    row.pop("refused", None)
+    work.event("Normal", "InstanceUpdating", row["index"],
+               f"updating to {target} ({strategy}: {mode})")
+    step_update(work, row)
+
+
+def step_update(work: Work, row: dict) -> str | None:
+    mode = row["operation"].get("mode")
+    if mode == SURGE:
+        if work.desired.gang:
+            return _surge_gang(work, row)
+        return _surge_single(work, row)
+    if mode == IN_PLACE:
+        return _in_place(work, row)
+    return _drain(work, row)
+
+
+def _finish(work: Work, row: dict, revision: str) -> None:
+    row["revision"] = revision
+    row["phase"] = READY
+    row["operation"] = None
+    row.pop("attempts", None)
+    row.pop("retryAt", None)
+    work.event("Normal", "InstanceUpdated", row["index"],
+               f"updated to {revision} (incarnation={row['incarnation']})")
+
+
+# -- SurgeThenDrain, one pod ------------------------------------------------------
+
+
+def _surge_pods(work: Work, row: dict) -> tuple[list[dict], list[dict]]:
+    """(this attempt's new pods, pods an earlier attempt left at the surge ordinal)."""
+    operation = row["operation"]
+    at_ordinal = [p for p in work.groups.get(row["index"], [])
+                  if P.ordinal_of(p) == operation["ordinal"]]
+    mine = [p for p in at_ordinal
+            if p["metadata"].get("annotations", {}).get(OPERATION_ANNOTATION)
+            == operation["startedAt"]]
+    return mine, [p for p in at_ordinal if p not in mine]
+
+
+def _surge_single(work: Work, row: dict) -> str | None:
+    operation = row["operation"]
+    target = operation["targetRevision"]
+    mine, stale = _surge_pods(work, row)
+    old = work.instance(row)
+    new_live = [p for p in mine if not P.is_terminating(p) and not P.has_ended(p)]
+    superseded = target != work.desired.revision
+    handed_over = operation.get("handedOver", False)
+    if handed_over and not new_live:
+        return _replacement_lost(work, row, old.live, SURGE_ABANDONED)
+    if superseded and not handed_over and operation["step"] != ABANDON:
+        # With the old pod gone, a ready new pod is all the Instance has: promote it.
+        if old.live or not any(P.containers_ready(p) for p in new_live):
+            return _abandon_single(work, row, mine)
+    step = operation["step"]
+    if step == ABANDON:
+        return _abandon_single(work, row, mine)
+    if step == SURGE_CREATE:
+        if stale:
+            # The start evicts what an earlier attempt left before it creates anything.
+            for pod in stale:
+                work.delete(pod)
+            work.wake(min(P.deletion_deadline(p) or work.now for p in stale))
+            return None
+        if not work.create_pods(row, target, row["incarnation"], operation["ordinal"], mine,
+                                operation):
+            operation["step"] = SURGE_WAIT_READY
+        return None
+    if not handed_over:
+        failure = check_pods(work, operation, mine)
+        if failure is not None:
+            return _surge_failed(work, row, failure, new_live)
+    if step == SURGE_WAIT_READY:
+        if new_live and all(P.containers_ready(p) for p in new_live):
+            for pod in new_live:
+                work.serve(pod, True)
+            operation["served"] = True
+            operation["step"] = SURGE_WAIT_AVAILABLE
+        return None
+    if step == SURGE_WAIT_AVAILABLE:
+        if _available(work, new_live):
+            operation["step"] = HAND_OVER
+        return None
+    return _drain_source(work, row, old.live, old.pods, lambda: _promote_single(work, row))
+
+
+def _available(work: Work, pods: list[dict]) -> bool:
+    """All ``pods`` Ready for minReadySeconds (waking when the window ends)."""
+    if not pods or not all(P.is_ready(p) for p in pods):
+        return False
+    since = max(P.condition(p, "Ready")[1] or 0.0 for p in pods)
+    end = since + work.lifecycle.min_ready_seconds
+    if work.now >= end:
+        return True
+    work.wake(end)
+    return False
+
+
+def _drain_source(work: Work, row: dict, live: list[dict], listed: list[dict], promote) -> None:
+    """HandOver, DrainOld, WaitDrained: shared by single pods and gangs."""
+    operation = row["operation"]
+    step = operation["step"]
+    if step == HAND_OVER:
+        for pod in live:
+            if P.gate_set(pod):
+                work.serve(pod, False)
+        operation["handedOver"] = True
+        operation["step"] = DRAIN_OLD
+        return None
+    if step == DRAIN_OLD:
+        for pod in listed:
+            work.delete(pod)
+        operation["step"] = WAIT_DRAINED
+        return None
+    if listed:
+        # The update, and its surge slot, last until the drained pods are gone.
+        work.wake(min(P.deletion_deadline(p) or work.now for p in listed))
+        return None
+    return promote()
+
+
+def _promote_single(work: Work, row: dict) -> None:
+    row["ordinal"] = row["operation"]["ordinal"]
+    _finish(work, row, row["operation"]["targetRevision"])
+
+
+SURGE_ABANDONED, GANG_SURGE_ABANDONED = "SurgeAbandoned", "GangSurgeAbandoned"
+
+
+def _abandon_single(work: Work, row: dict, mine: list[dict]) -> None:
+    """End a superseded surge while the old pod still serves: unroute the new pod if
+    it serves, delete it, and return to Ready on the revision the Instance runs."""
+    operation = row["operation"]
+    if operation["step"] != ABANDON:
+        operation["step"] = ABANDON
+        work.event("Normal", SURGE_ABANDONED, row["index"], _superseded_message(work, row))
+    live = [p for p in mine if not P.is_terminating(p)]
+    gated = [p for p in live if P.gate_set(p)]
+    if gated:
+        for pod in gated:
+            work.serve(pod, False)
+        return
+    if live:
+        grace = None if operation.get("served") else _abandon_grace(work)
+        for pod in live:
+            work.delete(pod, grace)
+        return
+    if mine:
+        work.wake(min(P.deletion_deadline(p) or work.now for p in mine))
+        return
+    row["operation"] = None
+    row["phase"] = READY
+    return
+
+
+def _abandon_grace(work: Work) -> int | None:
+    grace = work.seconds("abandonedReplacementGracePeriod")
+    return None if grace is None else int(grace)
+
+
+def _superseded_message(work: Work, row: dict) -> str:
+    target = row["operation"]["targetRevision"]
+    newest = work.desired.revision
+    if newest == row["revision"]:
+        return (f"abandoned surge to withdrawn revision {target}; the Instance stays on "
+                f"revision {row['revision']} instead")
+    return f"abandoned superseded surge to {target}; re-surging toward {newest}"
+
+
+def _replacement_lost(work: Work, row: dict, source: list[dict], reason: str) -> None:
+    """The replacement is gone after it took over serving: nothing is rebuilt at it."""
+    target = row["operation"]["targetRevision"]
+    standing = [p for p in source if not P.is_terminating(p)]
+    prefix = f"abandoned superseded surge to {target}"
+    if standing:
+        for pod in standing:
+            if not P.gate_set(pod):
+                work.serve(pod, True)
+        row["operation"] = None
+        row["phase"] = READY
+        work.event("Normal", reason, row["index"], (
+            f"{prefix}; the replacement was lost after it took over serving and nothing is "
+            f"rebuilt at it; the source returns to rotation on revision {row['revision']}"))
+        return
+    row["operation"] = None
+    row["phase"] = FAILED
+    row["rebuild"] = True
+    work.event("Normal", reason, row["index"], (
+        f"{prefix}; no source pod stands, so the Instance re-enters as a fresh start at "
+        f"revision {work.desired.revision}"))
+    return
+
+
+def _surge_failed(work: Work, row: dict, failure: dict, new_live: list[dict]) -> None:
+    """The old pod keeps serving; a live new pod stays as an extra until the next start."""
+    target = row["operation"]["targetRevision"]
+    for pod in new_live:
+        if P.gate_set(pod):
+            work.serve(pod, False)
+    for pod in work.groups.get(row["index"], []):
+        if P.has_ended(pod):
+            work.delete(pod)
+    row["operation"] = None
+    row["phase"] = READY if work.instance(row).serving_pod_count() >= work.needed else FAILED
+    work.event("Warning", "UpdateFailed", row["index"],
+               f"update to {target} failed: {failure['reason']}: {failure['message']}; "
+               "the old pod keeps serving")
+    record_failure(work, row, target, failure)
+
+
+# -- SurgeThenDrain, a gang --------------------------------------------------------
+
+
+def _lowest_free_index(work: Work) -> int:
+    used = set(work.rows) | set(work.groups)
+    index = 0
+    while index in used:
+        index += 1
+    return index
+
+
+def _surge_gang(work: Work, row: dict) -> str | None:
+    operation = row["operation"]
+    target = operation["targetRevision"]
+    step = operation["step"]
+    source = work.instance(row)
+    if step == SURGE_CREATE:
+        index = _lowest_free_index(work)
+        replacement = new_row(index, 1, target, CREATING, work.operation(CREATE, CREATE_PODS))
+        replacement["surgeOf"] = row["index"]
+        work.rows[index] = replacement
+        operation["replacement"] = index
+        operation["step"] = SURGE_WAIT_READY
+        step_create(work, replacement)
+        return None
+    replacement = work.rows.get(operation.get("replacement"))
+    handed_over = operation.get("handedOver", False)
+    if replacement is None or (handed_over and not work.instance(replacement).live):
+        if replacement is not None and replacement.get("phase") != "Deleting":
+            open_delete(work, replacement, "replacement lost")
+        return _replacement_lost(work, row, source.live, GANG_SURGE_ABANDONED)
+    if not handed_over and target != work.desired.revision:
+        return _abandon_gang(work, row, replacement, "Normal", _superseded_message(work, row))
+    if not handed_over and replacement.get("phase") == FAILED:
+        failure = replacement.get("lastFailure") or {}
+        message = (f"abandoned surge to {target}: replacement Instance {replacement['index']} "
+                   f"failed: {failure.get('reason', 'Failed')}; the old Instance keeps serving")
+        _abandon_gang(work, row, replacement, "Warning", message)
+        record_failure(work, row, target, failure or {"reason": "Failed", "message": ""})
+        return None
+    if step == SURGE_WAIT_READY:
+        if (replacement.get("operation") or {}).get("step") == WAIT_AVAILABLE or (
+                replacement["phase"] == READY):
+            operation["step"] = SURGE_WAIT_AVAILABLE
+        return None
+    if step == SURGE_WAIT_AVAILABLE:
+        if replacement["phase"] == READY:
+            operation["step"] = HAND_OVER
+        return None
+
+    def promote() -> str:
+        replacement.pop("surgeOf", None)
+        work.event("Normal", "InstanceUpdated", row["index"],
+                   f"replaced by Instance {replacement['index']} on {target}")
+        return GONE
+
+    return _drain_source(work, row, source.live, work.groups.get(row["index"], []), promote)
+
+
+def _abandon_gang(work: Work, row: dict, replacement: dict, kind: str, message: str) -> None:
+    """Delete the whole replacement Instance; the old one keeps serving."""
+    work.event(kind, GANG_SURGE_ABANDONED, row["index"], message)
+    served = any(P.gate_set(p) for p in work.groups.get(replacement["index"], []))
+    open_delete(work, replacement, "surge abandoned")
+    if not served:
+        replacement["operation"]["abandonGrace"] = _abandon_grace(work)
+    row["operation"] = None
+    row["phase"] = READY
+
+
+# -- Drain: delete and recreate under the same names ------------------------------
+
+
+def _drain(work: Work, row: dict) -> None:
+    operation = row["operation"]
+    step = operation["step"]
+    pods = work.groups.get(row["index"], [])
+    if step == UNROUTE:
+        for pod in pods:
+            if P.gate_set(pod) and not P.is_terminating(pod):
+                work.serve(pod, False)
+        operation["step"] = DELETE_PODS
+        return None
+    if step == DELETE_PODS:
+        for pod in pods:
+            work.delete(pod)
+        operation["step"] = WAIT_GONE
+        return None
+    if step == WAIT_GONE:
+        if pods:
+            work.wake(min(P.deletion_deadline(p) or work.now for p in pods))
+            return None
+        # Nothing of the Instance is left: build it at the newest revision.
+        operation["targetRevision"] = work.desired.revision
+        row["revision"] = work.desired.revision
+        row["incarnation"] += 1
+        row.pop("ordinal", None)
+        operation["step"] = CREATE_PODS
+    return _bring_up(work, row)
+
+
+def _bring_up(work: Work, row: dict) -> None:
+    """CreatePods, WaitReady, WaitAvailable of a Drain; a failure leaves it Failed."""
+    operation = row["operation"]
+    instance = work.instance(row)
+    if operation["step"] == CREATE_PODS:
+        created = work.create_pods(row, row["revision"], row["incarnation"], 0, instance.pods)
+        if not created:
+            operation["step"] = WAIT_READY
+        return
+    failure = check_pods(work, operation, instance.pods)
+    if failure is not None:
+        row["phase"] = FAILED
+        work.event("Warning", "UpdateFailed", row["index"],
+                   f"update to {row['revision']} failed: {failure['reason']}: "
+                   f"{failure['message']}")
+        record_failure(work, row, row["revision"], failure)
+        return
+    if operation["step"] == WAIT_READY:
+        if instance.containers_ready():
+            for pod in instance.live:
+                if not P.gate_set(pod):
+                    work.serve(pod, True)
+            operation["step"] = WAIT_AVAILABLE
+        return
+    if finish_when_available(work, row, "updated"):
+        row.pop("attempts", None)
+        row.pop("retryAt", None)
+    return
+
+
+# -- InPlace: new images in the same pod --------------------------------------------
+
+
+def _target_images(work: Work) -> dict[str, str]:
+    template = work.desired.templates[DEFAULT]
+    return {c["name"]: c.get("image") for c in template["spec"].get("containers") or []}
+
+
+def _in_place(work: Work, row: dict) -> None:
+    operation = row["operation"]
+    step = operation["step"]
+    instance = work.instance(row)
+    mark = work.lifecycle.value(
+        "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle", True)
+    if step == UNROUTE:
+        if mark:
+            for pod in instance.live:
+                if P.gate_set(pod):
+                    work.serve(pod, False)
+        operation["step"] = PATCH_IMAGES
+        return
+    if step == PATCH_IMAGES:
+        images = _target_images(work)
+        for pod in instance.live:
+            current = {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
+            changed = tuple(sorted((n, i) for n, i in images.items() if current.get(n) != i))
+            if changed:
+                meta = pod["metadata"]
+                work.actions.append(PatchImages(meta["namespace"], meta["name"], changed))
+        row["revision"] = operation["targetRevision"]
+        operation["step"] = WAIT_READY
+        return
+    failure = check_pods(work, operation, instance.pods)
+    if failure is not None:
+        row["phase"] = FAILED
+        work.event("Warning", "UpdateFailed", row["index"],
+                   f"in-place update to {row['revision']} failed: {failure['reason']}")
+        record_failure(work, row, row["revision"], failure)
+        return
+    if step == WAIT_READY:
+        images = _target_images(work)
+        if instance.containers_ready() and all(_runs_images(p, images) for p in instance.live):
+            for pod in instance.live:
+                if not P.gate_set(pod):
+                    work.serve(pod, True)
+            operation["step"] = WAIT_AVAILABLE
+        return
+    finish_when_available(work, row, "updated in place")
+    return
+
+
+def _runs_images(pod: dict, images: dict[str, str]) -> bool:
+    statuses = {s["name"]: s for s in (pod.get("status") or {}).get("containerStatuses") or []}
+    for name, image in images.items():
+        status = statuses.get(name) or {}
+        if status.get("image") != image or not status.get("ready"):
+            return False
+    return True

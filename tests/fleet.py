@@ -1,0 +1,72 @@
+"""Small repositories for scenario tests, written with yaml.safe_dump so that a
+test can say exactly what changes between two passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def runner(image: str = "sglang:v1", env: dict[str, str] | None = None,
+           startup: int = 10) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": "ome-container",
+        "image": image,
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 8080},
+                           "initialDelaySeconds": startup, "periodSeconds": 5},
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
+    if env:
+        body["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return body
+
+
+def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
+                  env: dict[str, str] | None = None, lifecycle: dict | None = None,
+                  workers: int | None = None, values: dict | None = None,
+                  grace: int | None = None, annotations: dict | None = None,
+                  name: str = "svc", worker_env: dict[str, str] | None = None) -> Path:
+    """One runtime and one OMENative service ``demo/<name>`` with an engine."""
+    config: dict[str, Any] = {"tolerations": TOLERATIONS}
+    if grace is not None:
+        config["terminationGracePeriodSeconds"] = grace
+    if annotations:
+        config["annotations"] = annotations
+    if workers is None:
+        config["runner"] = runner(image, env)
+    else:
+        config["leader"] = {"runner": runner(image, env)}
+        config["worker"] = {"size": workers,
+                            "runner": runner(image, {**(env or {}), **(worker_env or {})})}
+    runtime = {"apiVersion": "ome.io/v1beta1", "kind": "ClusterServingRuntime",
+               "metadata": {"name": "srt-test"}, "spec": {"engineConfig": config}}
+    engine: dict[str, Any] = {"minReplicas": replicas, "maxReplicas": replicas}
+    if lifecycle:
+        engine["lifecycle"] = lifecycle
+    service = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
+               "metadata": {"name": name, "namespace": "demo"},
+               "spec": {"deploymentMode": "OMENative", "model": {"name": "m"},
+                        "runtime": {"name": "srt-test"}, "engine": engine}}
+    (root / "runtimes").mkdir(parents=True, exist_ok=True)
+    (root / "services").mkdir(parents=True, exist_ok=True)
+    (root / "runtimes" / "test.yaml").write_text(yaml.safe_dump(runtime, sort_keys=False))
+    (root / "services" / f"{name}.yaml").write_text(yaml.safe_dump(service, sort_keys=False))
+    values_path = root / "ome-values.yaml"
+    if values:
+        values_path.write_text(yaml.safe_dump({"ome": {"controller": values}}))
+    elif values_path.exists():
+        values_path.unlink()
+    return root
+
+
+def strategy(kind: str | None = None, **rolling: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if kind:
+        body["type"] = kind
+    if rolling:
+        body["rollingUpdate"] = rolling
+    return {"updateStrategy": body}

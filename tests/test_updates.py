@@ -1,0 +1,321 @@
+"""Updates (update-strategies.txt, min-ready-seconds.txt): the four strategies, their
+budgets and holds, driven pass by pass with the budgets checked after every pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from omegitops.lifecycle import pods as P
+from tests.fleet import strategy, write_service
+from tests.scenario import Scenario
+
+NAME = "svc-engine"
+
+
+def make(tmp_path, **kwargs) -> tuple[Scenario, callable]:
+    repo = tmp_path / "repo"
+    write_service(repo, **kwargs)
+    scenario = Scenario(tmp_path, repo)
+    scenario.until_idle()
+
+    def change(**more):
+        write_service(repo, **{**kwargs, **more})
+
+    return scenario, change
+
+
+def revision(scenario) -> str:
+    return scenario.replica(NAME)["spec"]["revision"]
+
+
+def rows(scenario) -> dict[int, dict]:
+    return {row["index"]: row for row in scenario.rows(NAME)}
+
+
+def serving_never_below(desired: int):
+    def watch(scenario):
+        assert scenario.status(NAME)["servingReplicas"] >= desired, scenario.rows(NAME)
+    return watch
+
+
+def unavailable_at_most(budget: int, desired: int):
+    def watch(scenario):
+        status = scenario.status(NAME)
+        assert desired - status["servingReplicas"] <= budget, scenario.rows(NAME)
+    return watch
+
+
+def messages(scenario, reason):
+    return [e["message"] for e in scenario.events(reason)]
+
+
+# -- SurgeThenDrain ---------------------------------------------------------------
+
+
+def test_surge_then_drain_single_pod_takes_the_other_ordinal(tmp_path):
+    scenario, change = make(tmp_path, replicas=2,
+                            lifecycle=strategy("SurgeThenDrain", maxSurge="25%",
+                                               maxUnavailable="25%"))
+    scenario.watches.append(serving_never_below(2))
+    before = revision(scenario)
+    change(image="sglang:v2")
+    scenario.run_pass()
+    after = revision(scenario)
+    assert after != before
+    # 25% of two Instances is one: one Instance surges at a time.
+    moving = [r for r in rows(scenario).values() if r["operation"]]
+    assert len(moving) == 1 and moving[0]["operation"]["strategy"] == "SurgeThenDrain"
+    seen_steps = set()
+
+    def steps(s):
+        for row in s.rows(NAME):
+            if row["operation"]:
+                seen_steps.add(row["operation"]["step"])
+    scenario.watches.append(steps)
+    scenario.until_idle()
+    assert {"SurgeCreate", "SurgeWaitReady", "SurgeWaitAvailable", "HandOver", "DrainOld",
+            "WaitDrained"} <= seen_steps | {"SurgeCreate"}
+    final = rows(scenario)
+    assert {i: (r["revision"], r["incarnation"], r["phase"]) for i, r in final.items()} == {
+        0: (after, 1, "Ready"), 1: (after, 1, "Ready")}
+    assert sorted(p["metadata"]["name"] for p in scenario.pods()) == [
+        "svc-engine-0-default-1", "svc-engine-1-default-1"]
+
+
+def test_surge_then_drain_without_budgets_moves_everything_at_once(tmp_path):
+    scenario, change = make(tmp_path, replicas=3)
+    change(image="sglang:v2")
+    scenario.run_pass()
+    assert all(r["operation"]["mode"] == "Surge" for r in rows(scenario).values())
+
+
+def test_surge_then_drain_gang_gets_a_replacement_at_a_new_index(tmp_path):
+    scenario, change = make(tmp_path, replicas=2, workers=1,
+                            lifecycle=strategy(maxSurge=1, maxUnavailable=0))
+    scenario.watches.append(serving_never_below(2))
+    change(image="sglang:v2")
+    scenario.run_pass()
+    current = rows(scenario)
+    assert current[0]["operation"]["replacement"] == 2
+    assert current[2]["phase"] == "Creating" and current[2]["incarnation"] == 1
+    scenario.until_idle()
+    final = rows(scenario)
+    # Instance 1's replacement takes the lowest free index: 0, whose old pods are gone.
+    assert sorted(final) == [0, 2]
+    assert all(r["revision"] == revision(scenario) for r in final.values())
+    assert sorted(p["metadata"]["name"] for p in scenario.pods()) == [
+        "svc-engine-0-leader-0", "svc-engine-0-worker-0",
+        "svc-engine-2-leader-0", "svc-engine-2-worker-0"]
+
+
+def test_a_worker_only_change_rolls_the_whole_gang_once(tmp_path):
+    scenario, change = make(tmp_path, replicas=1, workers=2)
+    change(worker_env={"X": "1"})
+    scenario.run_pass()
+    scenario.until_idle()
+    final = rows(scenario)
+    assert sorted(final) == [1]
+    assert sorted(p["metadata"]["name"] for p in scenario.pods()) == [
+        "svc-engine-1-leader-0", "svc-engine-1-worker-0", "svc-engine-1-worker-1"]
+    assert len(messages(scenario, "InstanceUpdating")) == 1
+
+
+def test_drain_waits_for_the_min_ready_window(tmp_path):
+    scenario, change = make(tmp_path, replicas=1, lifecycle={"minReadySeconds": 900})
+    change(image="sglang:v2", lifecycle={"minReadySeconds": 900})
+    scenario.until(lambda s: rows(s)[0]["operation"]
+                   and rows(s)[0]["operation"]["step"] == "SurgeWaitAvailable")
+    start = scenario.now()
+    scenario.until(lambda s: rows(s)[0]["operation"]
+                   and rows(s)[0]["operation"]["step"] == "HandOver")
+    # The old pod keeps serving through the whole window before the drain starts.
+    assert (scenario.now() - start).total_seconds() >= 899
+    assert P.gate_set(next(p for p in scenario.pods() if p["metadata"]["name"].endswith("-0")))
+
+
+def test_failed_surge_keeps_the_old_pod_serving_and_retries(tmp_path):
+    values = {"lifecycle": {"stuckPodGracePeriod": "60s",
+                            "updateRetry": {"maxAttempts": 3, "initialBackoff": "1m"}}}
+    scenario, change = make(tmp_path, replicas=1, values=values)
+    scenario.watches.append(serving_never_below(1))
+    scenario.fault("imagepull", image="sglang:bad")
+    change(image="sglang:bad", values=values)
+    scenario.until(lambda s: bool(messages(s, "UpdateFailed")))
+    row = rows(scenario)[0]
+    assert row["phase"] == "Ready" and row["operation"] is None
+    assert row["lastFailure"]["reason"] in ("ImagePullBackOff", "ErrImagePull")
+    retries = scenario.status(NAME)["revisionRetries"][revision(scenario)]
+    assert retries["attempts"] == 1 and not retries["held"]
+    # Three attempts, then the revision is held.
+    scenario.until(lambda s: bool(messages(s, "RevisionHeld")), max_passes=400)
+    assert scenario.status(NAME)["revisionRetries"][revision(scenario)]["held"]
+    stalled = next(c for c in scenario.status(NAME)["conditions"]
+                   if c["type"] == "RolloutStalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "RevisionHeld"
+
+
+def test_failed_gang_replacement_is_abandoned_with_a_warning(tmp_path):
+    values = {"lifecycle": {"stuckPodGracePeriod": "60s"}}
+    scenario, change = make(tmp_path, replicas=1, workers=1, values=values)
+    scenario.watches.append(serving_never_below(1))
+    scenario.fault("imagepull", image="sglang:bad")
+    change(image="sglang:bad")
+    scenario.until(lambda s: bool(s.events("GangSurgeAbandoned")))
+    (event,) = scenario.events("GangSurgeAbandoned")
+    assert event["type"] == "Warning"
+    assert event["message"].startswith(
+        "OMENative component=engine instance=0 abandoned surge to svc-engine-")
+    scenario.until(lambda s: sorted(rows(s)) == [0])
+    assert rows(scenario)[0]["phase"] == "Ready"
+
+
+# -- RecreatePod and the in-place strategies -------------------------------------
+
+
+def test_recreate_pod_keeps_names_and_raises_the_incarnation(tmp_path):
+    scenario, change = make(tmp_path, replicas=3,
+                            lifecycle=strategy("RecreatePod", maxUnavailable=1))
+    scenario.watches.append(unavailable_at_most(1, 3))
+    change(image="sglang:v2", lifecycle=strategy("RecreatePod", maxUnavailable=1))
+    scenario.run_pass()
+    hold = scenario.status(NAME)["rolloutHold"]
+    assert hold["gate"] == "Budget"
+    assert hold["reason"] == "per-Component unavailability budget 1 exhausted (would become 2)"
+    assert hold["target"] == revision(scenario)
+    scenario.until_idle()
+    final = rows(scenario)
+    assert {i: r["incarnation"] for i, r in final.items()} == {0: 2, 1: 2, 2: 2}
+    assert sorted(p["metadata"]["name"] for p in scenario.pods()) == [
+        "svc-engine-0-default-0", "svc-engine-1-default-0", "svc-engine-2-default-0"]
+    assert scenario.status(NAME)["rolloutHold"] is None
+
+
+def test_in_place_image_change_keeps_pod_name_node_and_incarnation(tmp_path):
+    scenario, change = make(tmp_path, replicas=2,
+                            lifecycle=strategy("InPlaceIfPossible", maxUnavailable=1))
+    scenario.watches.append(unavailable_at_most(1, 2))
+    before = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"])
+              for p in scenario.pods()}
+    change(image="sglang:v2", lifecycle=strategy("InPlaceIfPossible", maxUnavailable=1))
+    scenario.run_pass()
+    assert [r["operation"]["mode"] for r in rows(scenario).values() if r["operation"]] == [
+        "InPlace"]
+    scenario.until_idle()
+    after = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"])
+             for p in scenario.pods()}
+    assert after == before
+    assert all(r["incarnation"] == 1 and r["revision"] == revision(scenario)
+               for r in rows(scenario).values())
+    assert all(p["spec"]["containers"][0]["image"] == "sglang:v2" for p in scenario.pods())
+
+
+def test_in_place_without_mark_not_ready_stays_in_rotation(tmp_path):
+    life = {"updateStrategy": {"type": "InPlaceIfPossible",
+                               "inPlaceUpdateStrategy": {"markNotReadyDuringLifecycle": False}}}
+    scenario, change = make(tmp_path, replicas=1, lifecycle=life)
+    change(image="sglang:v2", lifecycle=life)
+    scenario.run_pass()
+    scenario.run_pass()
+    # The gate was never cleared.
+    assert all(P.gate_set(p) for p in scenario.pods())
+    scenario.until_idle()
+    assert rows(scenario)[0]["revision"] == revision(scenario)
+
+
+def test_in_place_if_possible_recreates_for_other_changes(tmp_path):
+    life = strategy("InPlaceIfPossible")
+    scenario, change = make(tmp_path, replicas=1, lifecycle=life)
+    change(env={"LOG": "debug"}, lifecycle=life)
+    scenario.run_pass()
+    assert rows(scenario)[0]["operation"]["mode"] == "Drain"
+    scenario.until_idle()
+    assert rows(scenario)[0]["incarnation"] == 2
+
+
+def test_in_place_only_refuses_other_changes(tmp_path):
+    life = strategy("InPlaceOnly")
+    scenario, change = make(tmp_path, replicas=2, lifecycle=life)
+    before = revision(scenario)
+    change(env={"LOG": "debug"}, lifecycle=life)
+    scenario.until_idle()
+    assert all(r["revision"] == before and r["operation"] is None
+               for r in rows(scenario).values())
+    refusals = scenario.events("InPlaceUpdateNotPossible")
+    assert [e["message"] for e in refusals] == [
+        "OMENative component=engine instance=0 rejected update: InPlaceOnly strategy but diff "
+        "exceeds container images",
+        "OMENative component=engine instance=1 rejected update: InPlaceOnly strategy but diff "
+        "exceeds container images"]
+    assert all(e["type"] == "Warning" and e["count"] == 1 for e in refusals)
+    stalled = next(c for c in scenario.status(NAME)["conditions"]
+                   if c["type"] == "RolloutStalled")
+    assert stalled["status"] == "True"
+    # Changing the type lets it go ahead.
+    change(env={"LOG": "debug"}, lifecycle=strategy("InPlaceIfPossible"))
+    scenario.until_idle()
+    assert all(r["revision"] != before for r in rows(scenario).values())
+
+
+def test_partition_stages_the_rollout_as_the_document_shows(tmp_path):
+    life = strategy("InPlaceIfPossible", partition=1, maxUnavailable=1)
+    scenario, change = make(tmp_path, replicas=2, lifecycle=life)
+    before = revision(scenario)
+    change(image="sglang:v2", lifecycle=life)
+    scenario.until_idle()
+    target = revision(scenario)
+    assert {i: r["revision"] for i, r in rows(scenario).items()} == {0: before, 1: target}
+    ready = next(c for c in scenario.status(NAME)["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "Staged"
+    assert ready["message"] == (f"Staged at partition 1: 1/2 Instances on {target}, "
+                                "1 held on the prior revision")
+    change(image="sglang:v2", lifecycle=strategy("InPlaceIfPossible", maxUnavailable=1))
+    scenario.until_idle()
+    assert {r["revision"] for r in rows(scenario).values()} == {target}
+
+
+@pytest.mark.parametrize("what", [
+    {"lifecycle": strategy("RecreatePod", maxUnavailable=1)},
+    {"lifecycle": {"minReadySeconds": 60}},
+    {"lifecycle": strategy(maxSurge=3, maxUnavailable=2)},
+])
+def test_lifecycle_only_changes_start_no_rollout(tmp_path, what):
+    scenario, change = make(tmp_path, replicas=2)
+    before = revision(scenario)
+    change(**what)
+    result = scenario.run_pass()
+    assert revision(scenario) == before
+    assert all(r["operation"] is None for r in rows(scenario).values())
+    assert not [a for _, plan in result.plans for a in plan.actions]
+
+
+# -- extra pods and holds ----------------------------------------------------------
+
+
+def test_terminating_pods_of_a_scaled_away_instance_hold_a_surge_slot(tmp_path):
+    slow = {"sim.omegitops.io/exit-seconds": "100"}
+    life = strategy(maxSurge=1, maxUnavailable=0)
+    scenario, change = make(tmp_path, replicas=3, lifecycle=life, grace=120,
+                            annotations=slow)
+    change(replicas=2, image="sglang:v2", lifecycle=life, grace=120, annotations=slow)
+    scenario.until(lambda s: any("Terminating pod" in (s.status(NAME)["rolloutHold"] or {})
+                                 .get("reason", "") for _ in [0]))
+    hold = scenario.status(NAME)["rolloutHold"]
+    assert hold["reason"].startswith("per-Component surge budget 1 exhausted (would become 2); ")
+    assert ("Terminating pod svc-engine-2-default-0 still counts against the surge budget "
+            "until its deletion grace elapses") in hold["reason"]
+    scenario.until_idle()
+    assert {r["revision"] for r in rows(scenario).values()} == {revision(scenario)}
+
+
+def test_changing_the_strategy_mid_rollout(tmp_path):
+    life = strategy("SurgeThenDrain", maxSurge=1)
+    scenario, change = make(tmp_path, replicas=2, lifecycle=life, grace=30)
+    change(image="sglang:v2", lifecycle=life, grace=30)
+    scenario.run_pass()
+    moving = [r for r in rows(scenario).values() if r["operation"]]
+    assert len(moving) == 1
+    change(image="sglang:v2", lifecycle=strategy("RecreatePod"), grace=30)
+    scenario.until_idle()
+    strategies = [m for m in messages(scenario, "InstanceUpdating")]
+    assert "SurgeThenDrain: Surge" in strategies[0]
+    assert "RecreatePod: Drain" in strategies[1]
