@@ -242,10 +242,10 @@ def test_in_place_only_refuses_other_changes(tmp_path):
                for r in rows(scenario).values())
     refusals = scenario.events("InPlaceUpdateNotPossible")
     assert [e["message"] for e in refusals] == [
-        "OMENative component=engine instance=0 rejected update: InPlaceOnly strategy but diff "
-        "exceeds container images",
-        "OMENative component=engine instance=1 rejected update: InPlaceOnly strategy but diff "
-        "exceeds container images"]
+        ("OMENative component=engine instance=0 rejected update: InPlaceOnly strategy but diff "
+        "exceeds container images"),
+        ("OMENative component=engine instance=1 rejected update: InPlaceOnly strategy but diff "
+        "exceeds container images")]
     assert all(e["type"] == "Warning" and e["count"] == 1 for e in refusals)
     stalled = next(c for c in scenario.status(NAME)["conditions"]
                    if c["type"] == "RolloutStalled")

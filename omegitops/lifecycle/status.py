@@ -87,8 +87,8 @@ def _conditions(work: Any, rows: list[dict], counts: dict, want: int,
     }
     if desired.pinned:
         wanted["RuntimeDrifted"] = (
-            (TRUE, "RuntimeChanged", "the runtime changed since this service pinned it "
-             "(spec.runtime.autoSync: false); the pinned template keeps serving")
+            (TRUE, "RuntimeChanged", ("the runtime changed since this service pinned it "
+             "(spec.runtime.autoSync: false); the pinned template keeps serving"))
             if desired.drifted
             else (FALSE, "RuntimeInSync", "the pinned runtime matches the runtime")
         )
@@ -100,8 +100,8 @@ def _ready(desired: Any, rows: list[dict], counts: dict, want: int,
     failed = [row["index"] for row in rows if row.get("phase") == "Failed"]
     serving = counts["servingReplicas"]
     if failed:
-        return (FALSE, "InstanceFailed", f"Instances {_list(failed)} failed; "
-                f"{serving}/{want} Instances serving")
+        return (FALSE, "InstanceFailed", (f"Instances {_list(failed)} failed; "
+                f"{serving}/{want} Instances serving"))
     if serving < want:
         return FALSE, "InsufficientServing", f"{serving}/{want} Instances serving"
     staged = _staged(desired, rows, want, rollout.get("partition") or 0)
@@ -137,8 +137,8 @@ def _stalled(work: Any, rows: list[dict], rollout: dict) -> tuple[str, str, str]
     target = work.desired.revision
     if rollout.get("refused"):
         return (TRUE, "InPlaceUpdateNotPossible",
-                f"InPlaceOnly refused to move Instances {_list(rollout['refused'])}: the change "
-                "is more than container images")
+                (f"InPlaceOnly refused to move Instances {_list(rollout['refused'])}: the change "
+                "is more than container images"))
     if (work.retries.get(target) or {}).get("held"):
         return TRUE, "RevisionHeld", f"revision {target} is held after failed attempts"
     failed = [r["index"] for r in rows if r.get("phase") == "Failed"
@@ -150,8 +150,8 @@ def _stalled(work: Any, rows: list[dict], rollout: dict) -> tuple[str, str, str]
 
 def _timeout(desired: Any) -> tuple[str, str, str]:
     if timeout_seconds(desired.lifecycle) is None:
-        return (TRUE, "NoDeadline", "lifecycle.instanceReadyTimeout is unset everywhere: "
-                "operations get no deadline and a stuck Instance waits for you")
+        return (TRUE, "NoDeadline", ("lifecycle.instanceReadyTimeout is unset everywhere: "
+                "operations get no deadline and a stuck Instance waits for you"))
     return (FALSE, "DeadlineConfigured",
             f"operations time out after {desired.lifecycle.value('instanceReadyTimeout')}")
 

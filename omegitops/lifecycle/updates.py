@@ -142,12 +142,11 @@ def _surge_single(work: Work, row: dict) -> str | None:
     handed_over = operation.get("handedOver", False)
     if handed_over and not new_live:
         return _replacement_lost(work, row, old.live, SURGE_ABANDONED)
-    if superseded and not handed_over and operation["step"] != ABANDON:
-        # With the old pod gone, a ready new pod is all the Instance has: promote it.
-        if old.live or not any(P.containers_ready(p) for p in new_live):
-            return _abandon_single(work, row, mine)
+    # A withdrawn target is abandoned at once, unless the old pod is gone and a ready
+    # new pod is all the Instance has: then it promotes on the revision it was built for.
+    promote_anyway = not old.live and any(P.containers_ready(p) for p in new_live)
     step = operation["step"]
-    if step == ABANDON:
+    if step == ABANDON or (superseded and not handed_over and not promote_anyway):
         return _abandon_single(work, row, mine)
     if step == SURGE_CREATE:
         if stale:
