@@ -212,8 +212,9 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
         assert len(indices) == len(set(indices)), f"{replica['metadata']['name']}: doubled"
         spec = replica["spec"]
         most = max_rows[(spec["inferenceService"], spec["component"])]
-        # Rows beyond the desired ones are surge replacements and Instances going away.
-        assert len(rows) <= 2 * most, rows
+        # Beyond the desired Instances, rows are surge replacements or going away.
+        filling = [r for r in rows if r.get("surgeOf") is None and r["phase"] != "Deleting"]
+        assert len(filling) <= most, rows
         namespace = replica["metadata"]["namespace"]
         for key in by_instance:
             if key[:3] == (namespace, spec["inferenceService"], spec["component"]):

@@ -319,3 +319,148 @@ def test_changing_the_strategy_mid_rollout(tmp_path):
     strategies = [m for m in messages(scenario, "InstanceUpdating")]
     assert "SurgeThenDrain: Surge" in strategies[0]
     assert "RecreatePod: Drain" in strategies[1]
+
+
+# -- the template changing mid-surge -------------------------------------------------
+
+
+def step_of(scenario, index=0):
+    operation = rows(scenario)[index]["operation"] or {}
+    return operation.get("step")
+
+
+def test_superseded_surge_is_abandoned_and_resurges(tmp_path):
+    scenario, change = make(tmp_path, replicas=1, grace=5)
+    scenario.watches.append(serving_never_below(1))
+    first = revision(scenario)
+    change(image="sglang:v2", grace=5)
+    scenario.until(lambda s: step_of(s) == "SurgeWaitAvailable")
+    second = revision(scenario)
+    change(image="sglang:v3", grace=5)
+    scenario.run_pass()
+    third = revision(scenario)
+    (event,) = scenario.events("SurgeAbandoned")
+    assert event["type"] == "Normal"
+    assert event["message"] == (f"OMENative component=engine instance=0 abandoned superseded "
+                                f"surge to {second}; re-surging toward {third}")
+    scenario.until_idle()
+    assert rows(scenario)[0]["revision"] == third and first != third
+
+
+def test_reverting_mid_surge_keeps_the_running_revision(tmp_path):
+    scenario, change = make(tmp_path, replicas=1, grace=5,
+                            values={"lifecycle": {"abandonedReplacementGracePeriod": "30s"}})
+    scenario.watches.append(serving_never_below(1))
+    first = revision(scenario)
+    change(image="sglang:v2", grace=5)
+    scenario.until(lambda s: step_of(s) == "SurgeWaitReady")
+    second = revision(scenario)
+    change(image="sglang:v1", grace=5)
+    scenario.until_idle()
+    (event,) = scenario.events("SurgeAbandoned")
+    assert event["message"] == (f"OMENative component=engine instance=0 abandoned surge to "
+                                f"withdrawn revision {second}; the Instance stays on revision "
+                                f"{first} instead")
+    assert len(messages(scenario, "InstanceUpdating")) == 1  # no new update starts
+    assert rows(scenario)[0]["revision"] == first
+    assert [p["metadata"]["name"] for p in scenario.pods()] == ["svc-engine-0-default-0"]
+
+
+def test_past_hand_over_the_surge_finishes_then_updates_again(tmp_path):
+    scenario, change = make(tmp_path, replicas=1, grace=5)
+    change(image="sglang:v2", grace=5)
+    scenario.until(lambda s: step_of(s) == "DrainOld")
+    second = revision(scenario)
+    change(image="sglang:v3", grace=5)
+    scenario.until_idle()
+    third = revision(scenario)
+    updated = messages(scenario, "InstanceUpdated")
+    assert updated[0].startswith(f"OMENative component=engine instance=0 updated to {second}")
+    assert updated[1].startswith(f"OMENative component=engine instance=0 updated to {third}")
+    assert not scenario.events("SurgeAbandoned")
+
+
+def test_replacement_lost_after_hand_over_returns_the_source(tmp_path):
+    scenario, change = make(tmp_path, replicas=1, grace=5)
+    first = revision(scenario)
+    change(image="sglang:v2", grace=5)
+    scenario.until(lambda s: step_of(s) == "DrainOld")
+    second = revision(scenario)
+    scenario.fault("evict", pod="svc-engine-0-default-1")
+    change(image="sglang:v3", grace=5)
+    scenario.run_pass()
+    (event,) = scenario.events("SurgeAbandoned")
+    assert event["message"] == (
+        f"OMENative component=engine instance=0 abandoned superseded surge to {second}; the "
+        "replacement was lost after it took over serving and nothing is rebuilt at it; the "
+        f"source returns to rotation on revision {first}")
+    row = rows(scenario)[0]
+    assert row["phase"] == "Ready" and row["revision"] == first
+    scenario.until_idle()
+    assert rows(scenario)[0]["revision"] == revision(scenario)
+
+
+def test_replacement_lost_with_no_source_standing_is_a_fresh_start(tmp_path):
+    scenario, change = make(tmp_path, replicas=1, grace=5)
+    change(image="sglang:v2", grace=5)
+    scenario.until(lambda s: step_of(s) == "WaitDrained")
+    second = revision(scenario)
+    scenario.fault("evict", pod="svc-engine-0-default-1")
+    change(image="sglang:v3", grace=5)
+    third_repo_revision = None
+    scenario.run_pass()
+    third_repo_revision = revision(scenario)
+    (event,) = scenario.events("SurgeAbandoned")
+    assert event["message"] == (
+        f"OMENative component=engine instance=0 abandoned superseded surge to {second}; no "
+        "source pod stands, so the Instance re-enters as a fresh start at revision "
+        f"{third_repo_revision}")
+    assert rows(scenario)[0]["phase"] == "Failed"
+    scenario.until_idle()
+    row = rows(scenario)[0]
+    assert row["phase"] == "Ready" and row["revision"] == third_repo_revision
+
+
+def test_superseded_gang_surge_is_abandoned_with_a_normal_event(tmp_path):
+    scenario, change = make(tmp_path, replicas=1, workers=1, grace=5)
+    scenario.watches.append(serving_never_below(1))
+    change(image="sglang:v2", grace=5)
+    scenario.until(lambda s: step_of(s) == "SurgeWaitReady")
+    second = revision(scenario)
+    change(image="sglang:v3", grace=5)
+    scenario.run_pass()
+    (event,) = scenario.events("GangSurgeAbandoned")
+    assert event["type"] == "Normal"
+    assert event["message"] == (f"OMENative component=engine instance=0 abandoned superseded "
+                                f"surge to {second}; re-surging toward {revision(scenario)}")
+    scenario.until_idle()
+    assert {r["revision"] for r in rows(scenario).values()} == {revision(scenario)}
+    assert len(rows(scenario)) == 1
+
+
+def test_unschedulable_surge_fails_after_the_grace_and_leaves_an_extra(tmp_path):
+    values = {"lifecycle": {"unschedulableGracePeriod": "15m"}}
+    life = strategy(maxSurge=1)
+    scenario, change = make(tmp_path, replicas=2, values=values, lifecycle=life)
+    scenario.watches.append(serving_never_below(2))
+    scenario.fault("unschedulable")
+    change(image="sglang:v2", values=values, lifecycle=life)
+    scenario.until(lambda s: any((r["operation"] or {}).get("waiting")
+                                 for r in rows(s).values()))
+    moving = next(r for r in rows(scenario).values() if r["operation"])
+    assert moving["operation"]["waiting"] == (
+        f"pod svc-engine-{moving['index']}-default-1 is unschedulable")
+    start = scenario.now()
+    scenario.until(lambda s: bool(messages(s, "UpdateFailed")))
+    assert (scenario.now() - start).total_seconds() >= 15 * 60 - 2
+    failed = next(r for r in rows(scenario).values() if r["lastFailure"])
+    assert failed["lastFailure"]["reason"] == "Unschedulable"
+    scenario.run_pass()
+    hold = scenario.status(NAME)["rolloutHold"]
+    extra = f"svc-engine-{failed['index']}-default-1"
+    assert hold["reason"] == (
+        "per-Component surge budget 1 exhausted (would become 2); extra pod "
+        f"{extra} holds a surge slot until a start on its Instance replaces it")
+    scenario.fault("unschedulable", clear=True)
+    scenario.until_idle()
+    assert {r["revision"] for r in rows(scenario).values()} == {revision(scenario)}

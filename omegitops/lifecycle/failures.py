@@ -58,6 +58,7 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
     stuck_grace = work.seconds("stuckPodGracePeriod")
     unschedulable_grace = work.seconds("unschedulableGracePeriod")
     stuck = operation.setdefault("stuck", {})
+    operation["waiting"] = None
     for pod in pods:
         name = pod["metadata"]["name"]
         if P.has_ended(pod):

@@ -46,6 +46,8 @@ def step_create(work: Work, row: dict) -> None:
     operation = row["operation"]
     pods = work.instance(row)
     if operation["step"] == CREATE_PODS:
+        if _clear_leftovers(work, row):
+            return
         created = work.create_pods(row, row["revision"], row["incarnation"],
                                    row.get("ordinal", 0), pods.pods)
         if not created:
@@ -61,6 +63,19 @@ def step_create(work: Work, row: dict) -> None:
         return
     if operation["step"] == WAIT_AVAILABLE:
         finish_when_available(work, row, "ready")
+
+
+def _clear_leftovers(work: Work, row: dict) -> bool:
+    """Ended or terminating pods of the Instance would collide with the names about
+    to be created: delete the ended ones and wait for all of them to go."""
+    leftovers = [p for p in work.groups.get(row["index"], [])
+                 if P.is_terminating(p) or P.has_ended(p)]
+    for pod in leftovers:
+        if P.has_ended(pod):
+            work.delete(pod, 0)
+    if leftovers:
+        work.wake(min(P.deletion_deadline(p) or work.now for p in leftovers))
+    return bool(leftovers)
 
 
 def finish_when_available(work: Work, row: dict, verb: str) -> bool:

@@ -82,7 +82,11 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     adopt_orphans(work)
     for index in sorted(work.rows):
         row = work.rows.get(index)
-        if row is not None and _step(work, row) == GONE:
+        if row is None:
+            continue
+        if row.get("operation") or row.get("rebuild"):
+            work.moved.add(index)
+        if _step(work, row) == GONE:
             del work.rows[index]
     _scale(work)
     rollout = plan_rollout(work, previous.get("rolloutHold"))
@@ -90,7 +94,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     work.actions.extend(plan_revisions(desired, observed.revisions, work.rows.values()))
     replica = _replica(work, rollout)
     changed = _replica_changed(observed.replica, replica)
-    busy = bool(work.actions) or any(
+    busy = bool(work.actions) or rollout["pending"] or any(
         row.get("operation") and row.get("phase") != FAILED for row in work.rows.values())
     busy = busy or sum(counts_toward_desired(work, r) for r in work.rows.values()) != (
         desired.lifecycle.replicas)

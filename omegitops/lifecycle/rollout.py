@@ -14,7 +14,7 @@ from omegitops.cluster.times import format_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.instance import InstancePods
-from omegitops.lifecycle.retries import may_start
+from omegitops.lifecycle.retries import held, may_start
 from omegitops.lifecycle.updates import SURGE_THEN_DRAIN, open_update, update_mode
 from omegitops.lifecycle.work import DELETING, FAILED, SURGE, UPDATE, Work
 
@@ -63,10 +63,13 @@ def surge_in_use(work: Work) -> tuple[int, list[str], list[float]]:
         pods = _counted_pods(work, work.groups.get(row["index"], []))
         own = need if counts_toward_desired(work, row) else 0
         extra = max(0, len(pods) - own)
-        if not extra:
-            continue
-        slots += math.ceil(extra / need)
         operation = row.get("operation") or {}
+        # An in-flight surge holds its slot from its start, before its pods are listed.
+        reserved = (operation.get("mode") == SURGE and not work.desired.gang) or (
+            row.get("surgeOf") is not None and not own)
+        if not extra and not reserved:
+            continue
+        slots += max(math.ceil(extra / need), 1 if reserved else 0)
         owned = operation.get("type") == UPDATE or row.get("surgeOf") is not None
         for pod in _extras(work, row, pods, own):
             deadline = P.deletion_deadline(pod)
@@ -135,12 +138,15 @@ def plan_rollout(work: Work, previous_hold: dict | None) -> dict:
             _refuse(work, row, target)
             continue
         if mode == SURGE:
-            if max_surge is not None and surge_slots + 1 > max_surge:
+            # A start evicts what an earlier attempt left on this Instance and takes
+            # over the slot those pods held, so it is not charged twice.
+            cost = 0 if _has_extras(work, row) else 1
+            if max_surge is not None and surge_slots + cost > max_surge:
                 reasons.append(f"per-Component surge budget {max_surge} exhausted "
                                f"(would become {surge_slots + 1})" + "".join(
                                    f"; {note}" for note in notes))
                 continue
-            surge_slots += 1
+            surge_slots += cost
         else:
             costs = row["index"] not in down_rows and row["phase"] != FAILED
             if costs and max_unavailable is not None and down + 1 > max_unavailable:
@@ -159,11 +165,26 @@ def plan_rollout(work: Work, previous_hold: dict | None) -> dict:
         hold = {"gate": BUDGET_GATE, "reason": reasons[0], "since": since, "target": target}
         for moment in frees:
             work.wake(moment)
-    return {"hold": hold, "partition": partition, "refused": refused}
+    # Instances still to move (not refused, not held) keep the component busy.
+    outstanding = [r for r in work.rows.values()
+                   if r.get("revision") != target and r["index"] >= partition
+                   and r.get("surgeOf") is None and r.get("phase") != DELETING
+                   and r["index"] not in refused and r.get("refused") != target]
+    pending = bool(outstanding) and not held(work, target)
+    return {"hold": hold, "partition": partition, "refused": refused, "pending": pending}
+
+
+def _has_extras(work: Work, row: dict) -> bool:
+    pods = _counted_pods(work, work.groups.get(row["index"], []))
+    return bool(_extras(work, row, pods, work.needed))
 
 
 def _outdated(work: Work, row: dict, target: str) -> bool:
-    if row.get("revision") == target or row.get("operation") or row.get("surgeOf") is not None:
+    if row["index"] in work.moved:
+        return False  # one step per pass: it moves again next pass
+    if row.get("revision") == target or row.get("surgeOf") is not None:
+        return False
+    if row.get("operation") and row.get("phase") != FAILED:
         return False
     return row.get("phase") != DELETING
 

@@ -80,6 +80,8 @@ class Work:
     wakes: list[float] = field(default_factory=list)
     retries: dict[str, dict] = field(default_factory=dict)
     hold: dict | None = None
+    # Instances that already took their one step this pass.
+    moved: set[int] = field(default_factory=set)
 
     # -- reading --------------------------------------------------------------
 
