@@ -159,7 +159,12 @@ def apply_plan(cluster: Cluster, item: ServiceComponent, plan: Plan, now: dateti
 def _write_replica(cluster: Cluster, replica: dict) -> None:
     meta = replica["metadata"]
     if not meta.get("resourceVersion"):
-        created = cluster.create_object({k: v for k, v in replica.items() if k != "status"})
+        try:
+            created = cluster.create_object(
+                {k: v for k, v in replica.items() if k != "status"})
+        except AlreadyExists as err:
+            # A create that timed out may have landed: re-read and plan again next pass.
+            raise Conflict(str(err)) from err
         replica = {**replica, "metadata": created["metadata"]}
     else:
         stored = cluster.replace_object(replica)

@@ -1,13 +1,16 @@
 """Cluster backends behind one interface (``omegitops.cluster.base.Cluster``).
 
 ``open_cluster("sim:PATH")`` opens the simulated cluster kept in a JSON file;
-``kube`` and ``kube:CONTEXT`` name a real cluster (not available yet).
+``kube`` and ``kube:CONTEXT`` open a real cluster through kubeconfig (that
+context, or the current one) or the in-cluster service account;
+``OMEGITOPS_KUBE_API=http://HOST:PORT`` points ``kube`` at a plain-HTTP API
+server instead (the wire tests' double, ``kubectl proxy``).
 """
 
 from __future__ import annotations
 
 from omegitops.cluster.base import Cluster
-from omegitops.errors import ClusterError, UsageError
+from omegitops.errors import UsageError
 
 DEFAULT_CLUSTER = "sim:.omegitops/cluster.json"
 
@@ -21,12 +24,18 @@ def sim_path(spec: str) -> str:
     return spec[len("sim:"):]
 
 
-def open_cluster(spec: str = DEFAULT_CLUSTER) -> Cluster:
-    """The cluster a ``--cluster`` value names; use it as a context manager."""
+def open_cluster(spec: str = DEFAULT_CLUSTER, exclusive: bool = True) -> Cluster:
+    """The cluster a ``--cluster`` value names; use it as a context manager.
+
+    ``exclusive=False`` is for commands that only read: on a real cluster they
+    do not take the run's Lease, so they work while a job runs.
+    """
     if spec.startswith("sim:"):
         from omegitops.cluster.sim import SimCluster
 
         return SimCluster(sim_path(spec))
     if spec == "kube" or spec.startswith("kube:"):
-        raise ClusterError(f"--cluster {spec}: the kube backend is not available yet; use sim:PATH")
+        from omegitops.cluster.kube import KubeCluster
+
+        return KubeCluster(spec[len("kube:"):] or None, lease=exclusive)
     raise UsageError(f"--cluster {spec!r}: expected sim:PATH, kube or kube:CONTEXT")

@@ -34,6 +34,10 @@ SERVING_GATE = "ome.io/serving"
 class Cluster(abc.ABC):
     """A Kubernetes-like cluster: pods, a few other kinds, events and a clock."""
 
+    # How often ``--until-idle`` looks again when the cluster cannot say when
+    # something will change (a real cluster); None when it always can (sim).
+    poll_seconds: float | None = 5.0
+
     # -- lifetime -------------------------------------------------------------
 
     def __enter__(self) -> Self:

@@ -91,7 +91,7 @@ def events_table(views: list[dict], now: datetime) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_cluster(args.cluster) as cluster:
+    with open_cluster(args.cluster, exclusive=False) as cluster:
         views = managed_events(cluster)
         now = cluster.now()
     views = [v for v in views

@@ -34,7 +34,7 @@ def replica_table(views: list[dict], now: datetime) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_cluster(args.cluster) as cluster:
+    with open_cluster(args.cluster, exclusive=False) as cluster:
         replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
         now = cluster.now()
     views = [replica_view(r) for r in replicas

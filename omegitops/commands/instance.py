@@ -115,7 +115,7 @@ def list_table(rows: list[dict]) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with open_cluster(args.cluster) as cluster:
+    with open_cluster(args.cluster, exclusive=False) as cluster:
         replica = read_replica(cluster, args.namespace, args.isvc, args.component)
     rows = instance_rows(replica)
     if args.output == "json":
@@ -187,7 +187,7 @@ def status_text(replica: dict, row: dict, events: list[dict], now: datetime) -> 
 
 
 def run_status(args: argparse.Namespace) -> int:
-    with open_cluster(args.cluster) as cluster:
+    with open_cluster(args.cluster, exclusive=False) as cluster:
         replica = read_replica(cluster, args.namespace, args.isvc, args.component)
         events = managed_events(cluster)
         now = cluster.now()

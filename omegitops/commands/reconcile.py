@@ -72,6 +72,8 @@ def _reconcile(args: argparse.Namespace, loaded, items) -> int:
                 cluster.advance(_gap(cluster, result.now, None))
                 continue
             wake = _next_wake(cluster, result.wake_at)
+            if wake is None and cluster.poll_seconds:
+                wake = cluster.now() + timedelta(seconds=cluster.poll_seconds)
             if wake is None:
                 log.warning("still busy, but nothing will change by itself; stopping")
                 break

@@ -435,8 +435,10 @@ def _bring_up(work: Work, row: dict) -> None:
 # -- InPlace: new images in the same pod --------------------------------------------
 
 
-def _target_images(work: Work) -> dict[str, str]:
-    template = work.desired.templates[DEFAULT]
+def _target_images(work: Work, revision: str) -> dict[str, str]:
+    """The images of the revision the operation moves to (which a newer change may
+    have withdrawn meanwhile: the Instance finishes there, then moves again)."""
+    template = work.templates(revision)[DEFAULT]
     return {c["name"]: c.get("image") for c in template["spec"].get("containers") or []}
 
 
@@ -454,7 +456,7 @@ def _in_place(work: Work, row: dict) -> None:
         operation["step"] = PATCH_IMAGES
         return
     if step == PATCH_IMAGES:
-        images = _target_images(work)
+        images = _target_images(work, operation["targetRevision"])
         for pod in instance.live:
             current = {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
             changed = tuple(sorted((n, i) for n, i in images.items() if current.get(n) != i))
@@ -472,7 +474,7 @@ def _in_place(work: Work, row: dict) -> None:
         record_failure(work, row, row["revision"], failure)
         return
     if step == WAIT_READY:
-        images = _target_images(work)
+        images = _target_images(work, operation["targetRevision"])
         if instance.containers_ready() and all(_runs_images(p, images) for p in instance.live):
             for pod in instance.live:
                 if not P.gate_set(pod):

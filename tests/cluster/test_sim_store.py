@@ -123,7 +123,7 @@ def test_init_configures_nodes_gpus_and_podgroups(tmp_path):
 def test_open_cluster_parses_the_cluster_spec(tmp_path):
     with open_cluster(f"sim:{tmp_path / 'c.json'}") as sim:
         assert isinstance(sim, SimCluster)
-    with pytest.raises(ClusterError, match="not available yet"):
+    with pytest.raises(ClusterError, match="kube:prod"):
         open_cluster("kube:prod")
     with pytest.raises(UsageError):
         open_cluster("etcd://x")

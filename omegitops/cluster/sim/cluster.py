@@ -74,6 +74,8 @@ def _labels_match(obj: dict, labels: dict[str, str] | None) -> bool:
 class SimCluster(Cluster):
     """A simulated cluster kept in one JSON file (``sim:PATH``)."""
 
+    poll_seconds = None  # it knows when its next transition is
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = FileLock(self.path.with_name(self.path.name + ".lock"))

@@ -1,0 +1,78 @@
+"""Where each kind lives in the Kubernetes API: its group/version, plural and URL paths.
+
+The backend speaks to the API server by path (``/api/v1/namespaces/ns/pods/name``),
+so this table is also the list of what RBAC must allow (see ``docs`` in the
+package's ``__init__``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from omegitops.cluster import base
+from omegitops.cluster.errors import object_id
+
+INFERENCE_SERVICE = "InferenceService"
+LEASE = "Lease"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One REST resource: ``kind`` served as ``plural`` under ``api_version``."""
+
+    kind: str
+    api_version: str  # "v1", "apps/v1", "ome.io/v1beta1"
+    plural: str
+    namespaced: bool = True
+    status: bool = False  # has a status subresource
+    custom: bool = False  # served from a CRD: no strategic merge patch, needs discovery
+
+    @property
+    def group_version_path(self) -> str:
+        """``/api/v1`` for the core group, ``/apis/{group}/{version}`` for the others."""
+        return "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
+        """The collection (all namespaces when ``namespace`` is None), an object or a subresource."""
+        parts = [self.group_version_path]
+        if self.namespaced and namespace:
+            parts += ["namespaces", quote(namespace, safe="")]
+        parts.append(self.plural)
+        if name:
+            parts.append(quote(name, safe=""))
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+    def object_id(self, namespace: str | None, name: str) -> str:
+        return object_id(self.kind, namespace if self.namespaced else None, name)
+
+    def fill_type(self, obj: dict) -> dict:
+        """Items of a built-in kind's list come without kind and apiVersion: put them back."""
+        obj.setdefault("kind", self.kind)
+        obj.setdefault("apiVersion", self.api_version)
+        return obj
+
+
+RESOURCES: dict[str, Resource] = {r.kind: r for r in (
+    Resource(base.POD, "v1", "pods", status=True),
+    Resource(base.SERVICE, "v1", "services", status=True),
+    Resource(base.EVENT, "v1", "events"),
+    Resource(base.NODE, "v1", "nodes", namespaced=False, status=True),
+    Resource(base.CONTROLLER_REVISION, "apps/v1", "controllerrevisions"),
+    Resource(LEASE, "coordination.k8s.io/v1", "leases"),
+    Resource(base.INFERENCE_REPLICA, "ome.io/v1beta1", "inferencereplicas", status=True,
+             custom=True),
+    Resource(INFERENCE_SERVICE, "ome.io/v1beta1", "inferenceservices", status=True, custom=True),
+    Resource(base.POD_GROUP, "scheduling.x-k8s.io/v1alpha1", "podgroups", status=True,
+             custom=True),
+)}
+
+
+def label_selector(labels: dict[str, str] | None) -> str | None:
+    """``a=b,c=d`` (sorted, so that request logs are stable), or None for no filter."""
+    if not labels:
+        return None
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

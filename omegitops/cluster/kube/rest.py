@@ -1,0 +1,150 @@
+"""JSON over the official client's ``ApiClient``: one request, retried when worth it.
+
+Why not the typed ``CoreV1Api`` methods: since client 3x they validate bodies
+against pydantic models (an integer quantity such as ``nvidia.com/gpu: 1`` or
+any field newer than the client is refused before sending), and they turn
+answers into model objects. omegitops works on plain Kubernetes JSON, so this
+layer sends and receives dicts through ``ApiClient.param_serialize`` and
+``ApiClient.call_api``, which still give it the client's configuration:
+kubeconfig or in-cluster credentials, TLS, token refresh, proxy.
+
+Errors become the cluster layer's (``omegitops.cluster.errors``), chained to an
+``HttpError`` that keeps the status and the server's Status message:
+
+- 404 -> NotFound; 409 AlreadyExists -> AlreadyExists; other 409 -> Conflict
+  (never retried: the caller reads again on its next pass);
+- 400 and 422 -> Invalid;
+- 429, 5xx, timeouts and connection errors -> retried with exponential
+  back-off, then Transient.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from omegitops.cluster.errors import AlreadyExists, Conflict, Invalid, NotFound, Transient
+from omegitops.errors import ClusterError
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class HttpError(Exception):
+    """A non-2xx answer: the status, and the reason and message of the server's Status."""
+
+    def __init__(self, method: str, path: str, status: int, body: bytes) -> None:
+        self.status = status
+        self.reason, self.message = _status_fields(body)
+        super().__init__(f"{method} {path}: HTTP {status} {self.reason}: {self.message}".rstrip())
+
+
+@dataclass
+class RetryPolicy:
+    """How often a transient failure is tried again: ``attempts`` tries in all,
+    waiting ``backoff`` seconds, then twice that, and so on (0.2 s, 0.4 s by default)."""
+
+    attempts: int = 3
+    backoff: float = 0.2
+    sleep: Callable[[float], None] = time.sleep
+
+
+class Rest:
+    """Requests to the API server, each naming the object it is about for error messages."""
+
+    def __init__(self, client: ApiClient, *, retry: RetryPolicy | None = None,
+                 timeout: float = 30.0) -> None:
+        self.client = client
+        self.retry = retry or RetryPolicy()
+        # (connect, read) seconds: a dead server is noticed fast, a slow LIST still has time.
+        self.timeout = (min(5.0, timeout), timeout)
+
+    def request(self, method: str, path: str, *, what: str, query: dict[str, Any] | None = None,
+                body: Any = None, content_type: str = JSON) -> dict:
+        """Send one request (tried again while transient) and return the decoded JSON answer."""
+        delay = self.retry.backoff
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                return self._send(method, path, query, body, content_type)
+            except HttpError as err:
+                if err.status not in RETRIED_STATUSES or attempt == self.retry.attempts:
+                    raise _cluster_error(err, what) from err
+                cause: Exception = err
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                # Timeouts, refused or reset connections: nothing useful came back.
+                if attempt == self.retry.attempts:
+                    raise Transient(f"{what}: {method} {path}: {_describe(err)} "
+                                    f"(after {attempt} tries)") from err
+                cause = err
+            log.debug("%s %s failed (%s); try %d of %d in %.1fs", method, path, cause,
+                      attempt + 1, self.retry.attempts, delay)
+            self.retry.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
+              content_type: str) -> dict:
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = [(key, value) for key, value in (query or {}).items() if value is not None]
+        try:
+            method, url, headers, body, _ = self.client.param_serialize(
+                method=method, resource_path=path, query_params=params,
+                header_params=headers, body=body, auth_settings=["BearerToken"])
+            response = self.client.call_api(method, url, header_params=headers, body=body,
+                                            _request_timeout=self.timeout)
+        except ApiException as err:
+            # The client raises this (status 0) for TLS failures: not worth retrying.
+            raise ClusterError(f"{method} {path}: {err.reason or err}") from err
+        data = response.read()
+        if not 200 <= response.status <= 299:
+            raise HttpError(method, path, response.status, data)
+        return json.loads(data) if data else {}
+
+
+def _cluster_error(err: HttpError, what: str) -> ClusterError:
+    """The cluster layer's error for an HTTP failure, naming the object."""
+    text = f"{what}: {err.message or err.reason or f'HTTP {err.status}'}"
+    if err.status == 404:
+        return NotFound(text)
+    if err.status == 409:
+        return AlreadyExists(text) if err.reason == "AlreadyExists" else Conflict(text)
+    if err.status in (400, 422):
+        return Invalid(text)
+    if err.status in RETRIED_STATUSES:
+        return Transient(f"{text} (HTTP {err.status}, after retries)")
+    if err.status in (401, 403):
+        return ClusterError(f"{text} (HTTP {err.status}: check the credentials and RBAC)")
+    return ClusterError(f"{text} (HTTP {err.status})")
+
+
+def _status_fields(body: bytes) -> tuple[str, str]:
+    """``reason`` and ``message`` of a ``Status`` answer; the raw text when it is not one."""
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return "", body[:200].decode("utf-8", "replace").strip()
+    if not isinstance(status, dict):
+        return "", ""
+    return str(status.get("reason") or ""), str(status.get("message") or "")
+
+
+def _describe(err: Exception) -> str:
+    """urllib3 wraps the interesting error; show the innermost one."""
+    reason = getattr(err, "reason", None)
+    return f"{type(err).__name__}: {reason or err}"

@@ -1,0 +1,86 @@
+"""How KubeCluster meets failures: what is retried, with what back-off, and what it raises."""
+
+from __future__ import annotations
+
+import pytest
+from wire_helpers import NS, make_pod
+
+from omegitops.cluster.errors import Conflict, Invalid, NotFound, Transient
+from omegitops.cluster.kube import KubeCluster, RetryPolicy, plain_client
+from omegitops.errors import ClusterError
+
+PODS = r"^/api/v1/pods$"
+
+
+def test_a_500_is_retried_with_doubling_back_off_then_succeeds(kube, api, sleeps):
+    api.fail("GET", PODS, status=500, times=2)
+    assert kube.list_pods() == []
+    assert len(api.calls("list")) == 3
+    assert sleeps == [0.2, 0.4]
+
+
+@pytest.mark.parametrize("status", [429, 503, 504])
+def test_throttling_and_unavailability_are_retried(kube, api, sleeps, status):
+    api.fail("GET", PODS, status=status, times=1)
+    assert kube.list_pods() == []
+    assert sleeps == [0.2]
+
+
+def test_a_500_forever_becomes_transient_after_three_tries(kube, api, sleeps):
+    api.fail("GET", PODS, status=500, times=100)
+    with pytest.raises(Transient, match="Pod list: .*HTTP 500") as caught:
+        kube.list_pods()
+    assert caught.value.__cause__ is not None
+    assert len(api.calls("list")) == 3 and sleeps == [0.2, 0.4]
+
+
+def test_a_timeout_is_retried(api, sleeps):
+    client = plain_client(api.url)
+    kube = KubeCluster(api_client=client, lease=False, timeout=0.2,
+                       retry=RetryPolicy(sleep=sleeps.append))
+    api.fail("GET", PODS, delay=0.5, times=1)
+    assert kube.list_pods() == []
+    assert len(sleeps) == 1
+    api.fail("GET", PODS, delay=0.5, times=3)
+    with pytest.raises(Transient, match="Pod list: .*(Timeout|timed out)"):
+        kube.list_pods()
+    client.close()
+
+
+def test_a_dropped_connection_is_retried(kube, api, sleeps):
+    api.fail("POST", r"/pods$", drop=True, times=1)
+    kube.create_pod(make_pod("a"))
+    assert len(api.calls("create")) == 2 and sleeps == [0.2]
+
+
+def test_an_unreachable_server_is_transient(sleeps):
+    client = plain_client("http://127.0.0.1:9")  # the discard port: nothing listens
+    kube = KubeCluster(api_client=client, lease=False, retry=RetryPolicy(sleep=sleeps.append))
+    with pytest.raises(Transient, match="(?i)refused|NewConnectionError"):
+        kube.list_pods()
+    assert len(sleeps) == 2
+    client.close()
+
+
+def test_conflicts_not_found_and_invalid_are_not_retried(kube, api, sleeps):
+    api.fail("PUT", r"/pods/a$", status=409, reason="Conflict", times=1)
+    pod = kube.create_pod(make_pod("a"))
+    with pytest.raises(Conflict, match=f"Pod/{NS}/a"):
+        kube.replace_object(pod)
+    with pytest.raises(NotFound, match=f"Pod/{NS}/b"):
+        kube.patch_pod_images(NS, "b", {"main": "x"})
+    with pytest.raises(Invalid, match=f"Pod/{NS}/c"):
+        kube.create_pod({**make_pod("c"), "spec": {"containers": []}})
+    assert sleeps == []
+
+
+def test_forbidden_names_rbac(kube, api):
+    api.fail("GET", PODS, status=403, reason="Forbidden", times=1)
+    with pytest.raises(ClusterError, match="403.*RBAC"):
+        kube.list_pods()
+
+
+def test_an_unknown_kind_is_refused_before_any_call(kube, api):
+    with pytest.raises(Invalid, match="Gadget"):
+        kube.create_object({"apiVersion": "v1", "kind": "Gadget", "metadata": {"name": "x"}})
+    assert list(api.requests) == []
