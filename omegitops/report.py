@@ -68,7 +68,8 @@ EVENTS_PER_SERVICE = 5
 PHASE_ORDER = ("Ready", "Creating", "Updating", "Restarting", "Migrating", "Deleting",
                "Pending", "Failed")
 # The status each condition has when all is well; any other condition is well when False.
-GOOD_STATUS = {"Ready": "True"}
+GOOD_STATUS = {"Ready": "True", "EngineReady": "True", "DecoderReady": "True",
+               "RouterReady": "True"}
 
 
 class ReportError(OmegitopsError):

@@ -8,6 +8,7 @@ Each step function moves one Instance by at most one step per pass:
 
 from __future__ import annotations
 
+from omegitops.cluster.times import parse_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import DeleteObject
 from omegitops.lifecycle.services import podgroup_name
@@ -119,6 +120,7 @@ def step_delete(work: Work, row: dict) -> str | None:
         for pod in pods:
             work.delete(pod, grace)  # a pod that appeared meanwhile goes too
         work.wake(min((P.deletion_deadline(p) or work.now) for p in pods))
+        _overdue(work, row)
         return None
     desired = work.desired
     groups = work.observed.podgroups
@@ -127,6 +129,20 @@ def step_delete(work: Work, row: dict) -> str | None:
                                          podgroup_name(desired, row["index"])))
     work.event("Normal", "InstanceDeleted", row["index"], "deleted")
     return GONE
+
+
+def _overdue(work: Work, row: dict) -> None:
+    """A drain past its deadline does not fail: one DrainOverdue warning, and the
+    condition of the same name, until the pods are gone."""
+    deadline = row["operation"].get("deadline")
+    if not deadline or row["operation"].get("overdue"):
+        return
+    if work.now >= parse_time(deadline):
+        row["operation"]["overdue"] = True
+        work.event("Warning", "DrainOverdue", row["index"],
+                   f"drain overdue: pods still terminating past the deadline {deadline}")
+    else:
+        work.wake(parse_time(deadline))
 
 
 def adopt_orphans(work: Work) -> None:

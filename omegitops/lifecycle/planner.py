@@ -33,7 +33,15 @@ from omegitops.lifecycle.operations import (
     step_create,
     step_delete,
 )
+from omegitops.lifecycle.repairs import (
+    RELEASE_ANNOTATION,
+    RESET_ANNOTATION,
+    plan_repairs,
+    reset_and_release,
+    step_restart,
+)
 from omegitops.lifecycle.replica import API_VERSION, KIND, decode_rows, encode_rows
+from omegitops.lifecycle.retries import may_start
 from omegitops.lifecycle.revisions import plan_revisions
 from omegitops.lifecycle.rollout import counts_toward_desired, plan_rollout
 from omegitops.lifecycle.services import plan_services
@@ -44,9 +52,12 @@ from omegitops.lifecycle.work import (
     CREATE,
     CREATING,
     DELETE,
+    DRAIN,
     FAILED,
     READY,
+    RESTART,
     UPDATE,
+    UPDATING,
     DesiredComponent,
     ObservedComponent,
     Work,
@@ -80,6 +91,8 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     work.retries = {rev: entry for rev, entry in retries.items() if rev == desired.revision}
     work.groups = _group_pods(observed.pods)
     adopt_orphans(work)
+    annotations = ((observed.replica or {}).get("metadata") or {}).get("annotations") or {}
+    reset_and_release(work, annotations)
     for index in sorted(work.rows):
         row = work.rows.get(index)
         if row is None:
@@ -88,6 +101,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             work.moved.add(index)
         if _step(work, row) == GONE:
             del work.rows[index]
+    plan_repairs(work)
     _scale(work)
     rollout = plan_rollout(work, previous.get("rolloutHold"))
     work.actions.extend(plan_services(desired, observed.services))
@@ -122,7 +136,12 @@ def _step(work: Work, row: dict) -> str | None:
         rest(work, row)
         return None
     if row.get("phase") == FAILED:
+        if operation["type"] == UPDATE:
+            _retry_update(work, row)
         return None  # kept, with its operation, for inspection until reset or a new revision
+    if operation["type"] == RESTART:
+        step_restart(work, row)
+        return None
     if operation["type"] == CREATE:
         return _step_creating(work, row)
     if operation["type"] == UPDATE:
@@ -130,6 +149,21 @@ def _step(work: Work, row: dict) -> str | None:
     if operation["type"] == DELETE:
         return step_delete(work, row)
     return None
+
+
+def _retry_update(work: Work, row: dict) -> None:
+    """A failed Update tries again once its backoff has passed, unless its revision is
+    held: the Instance is rebuilt on the revision, one incarnation higher."""
+    operation = row["operation"]
+    target = operation.get("targetRevision") or row["revision"]
+    if target != work.desired.revision or not may_start(work, row, target):
+        return
+    row["phase"] = UPDATING
+    row["operation"] = work.operation(UPDATE, "Unroute", operation.get("strategy"),
+                                      target=target, mode=DRAIN)
+    work.event("Normal", "InstanceUpdating", row["index"],
+               f"retrying the update to {target} ({operation.get('strategy')}: {DRAIN})")
+    step_update(work, row)
 
 
 def _fresh_start(work: Work, row: dict) -> None:
@@ -207,6 +241,11 @@ def _replica(work: Work, rollout: dict) -> dict:
         status["revisionRetries"] = work.retries
     metadata = copy.deepcopy(previous.get("metadata") or {})
     metadata.update({"name": desired.name, "namespace": desired.namespace})
+    # A reset or a release is done once: the annotation that asked for it goes.
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items()
+                   if k not in (RESET_ANNOTATION, RELEASE_ANNOTATION)}
+    if annotations or "annotations" in metadata:
+        metadata["annotations"] = annotations
     metadata["labels"] = {**(metadata.get("labels") or {}), LABEL_ISVC: desired.isvc,
                           LABEL_COMPONENT: desired.component, MANAGED_BY: MANAGER}
     lifecycle = desired.lifecycle
@@ -227,5 +266,8 @@ def _replica(work: Work, rollout: dict) -> dict:
 def _replica_changed(previous: dict | None, replica: dict) -> bool:
     if previous is None:
         return True
-    return previous.get("spec") != replica["spec"] or previous.get("status") != replica["status"]
+    return (previous.get("spec") != replica["spec"]
+            or previous.get("status") != replica["status"]
+            or (previous.get("metadata") or {}).get("annotations")
+            != replica["metadata"].get("annotations"))
 

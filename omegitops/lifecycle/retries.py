@@ -24,6 +24,7 @@ def record_failure(work: Work, row: dict, target: str, failure: dict) -> None:
     if revision_caused(failure):
         _count_against_revision(work, row, target)
         return
+    _steer(work, row)
     attempts = int(row.get("attempts") or 0) + 1
     row["attempts"] = attempts
     row["retryAt"] = format_time(work.now + min(PAUSE_MAX, PAUSE_FIRST * 2 ** (attempts - 1)))
@@ -59,3 +60,20 @@ def may_start(work: Work, row: dict, target: str) -> bool:
 
 def held(work: Work, target: str) -> bool:
     return bool((work.retries.get(target) or {}).get("held"))
+
+
+def _steer(work: Work, row: dict) -> None:
+    """When every pod of the failed attempt ran on one node, the next attempt avoids it
+    (autoMigrate.maxAttempts moves per Instance; migrationPolicy.mode Never turns it off)."""
+    limit = work.lifecycle.value("autoMigrate.maxAttempts")
+    if not limit or work.lifecycle.value("migrationPolicy.mode") == "Never":
+        return
+    from omegitops.lifecycle import pods as P
+
+    nodes = {P.node_of(p) for p in work.groups.get(row["index"], [])}
+    nodes.discard(None)
+    avoid = row.setdefault("avoidNodes", [])
+    if len(nodes) == 1 and len(avoid) < int(limit):
+        node = nodes.pop()
+        if node not in avoid:
+            avoid.append(node)

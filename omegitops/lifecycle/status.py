@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from omegitops.cluster.times import format_time
+from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.instance import InstancePods
 from omegitops.lifecycle.resolve import timeout_seconds
 
@@ -84,6 +85,8 @@ def _conditions(work: Any, rows: list[dict], counts: dict, want: int,
         "Progressing": _progressing(rows, want),
         "RolloutStalled": _stalled(work, rows, rollout),
         "InstanceReadyTimeoutUnconfigured": _timeout(desired),
+        "DrainOverdue": _drain_overdue(rows),
+        f"{desired.component.capitalize()}Ready": _component_ready(desired, counts, want),
     }
     if desired.pinned:
         wanted["RuntimeDrifted"] = (
@@ -146,6 +149,27 @@ def _stalled(work: Any, rows: list[dict], rollout: dict) -> tuple[str, str, str]
     if failed:
         return TRUE, "InstanceFailed", f"Instances {_list(failed)} failed during the rollout"
     return FALSE, "RolloutMoving", "nothing stops the rollout"
+
+
+def _drain_overdue(rows: list[dict]) -> tuple[str, str, str]:
+    overdue = [r["index"] for r in rows if (r.get("operation") or {}).get("overdue")]
+    if overdue:
+        return (TRUE, "DrainOverdue", (f"Instances {_list(overdue)} are still draining past "
+                "their deadline; they do not fail (see Recover stuck deletions)"))
+    return FALSE, "NoDrainOverdue", "no drain is past its deadline"
+
+
+def _component_ready(desired: Any, counts: dict, want: int) -> tuple[str, str, str]:
+    """restart-policy.txt: False with InsufficientAvailable while an Instance is out by
+    default; with maxUnavailable, True with MinimumAvailable while no more than that
+    many Instances are out of service."""
+    budget = scaled_value(
+        desired.lifecycle.value("updateStrategy.rollingUpdate.maxUnavailable"), want) or 0
+    out = max(0, want - counts["servingReplicas"])
+    message = f"{counts['servingReplicas']}/{want} Instances serving, {out} out of service"
+    if out <= budget:
+        return TRUE, "MinimumAvailable", message + f" (maxUnavailable {budget})"
+    return FALSE, "InsufficientAvailable", message + f" (maxUnavailable {budget})"
 
 
 def _timeout(desired: Any) -> tuple[str, str, str]:

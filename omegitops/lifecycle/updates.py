@@ -39,6 +39,7 @@ from omegitops.lifecycle.work import (
     IN_PLACE,
     OPERATION_ANNOTATION,
     READY,
+    RESTART,
     SURGE,
     UPDATE,
     UPDATING,
@@ -375,6 +376,13 @@ def _abandon_gang(work: Work, row: dict, replacement: dict, kind: str, message: 
 
 
 def _drain(work: Work, row: dict) -> None:
+    recreate(work, row, retarget=True)
+
+
+def recreate(work: Work, row: dict, retarget: bool) -> None:
+    """Unroute, DeletePods, WaitGone, then bring the Instance up again under the same
+    names, one incarnation higher: at the newest revision for an update
+    (``retarget``), at the revision it runs for a restart."""
     operation = row["operation"]
     step = operation["step"]
     pods = work.groups.get(row["index"], [])
@@ -383,29 +391,32 @@ def _drain(work: Work, row: dict) -> None:
             if P.gate_set(pod) and not P.is_terminating(pod):
                 work.serve(pod, False)
         operation["step"] = DELETE_PODS
-        return None
+        return
     if step == DELETE_PODS:
         for pod in pods:
             work.delete(pod)
         operation["step"] = WAIT_GONE
-        return None
+        return
     if step == WAIT_GONE:
         if pods:
             work.wake(min(P.deletion_deadline(p) or work.now for p in pods))
-            return None
-        # Nothing of the Instance is left: build it at the newest revision.
-        operation["targetRevision"] = work.desired.revision
-        row["revision"] = work.desired.revision
+            return
+        if retarget:
+            # Nothing of the Instance is left: build it at the newest revision.
+            operation["targetRevision"] = work.desired.revision
+        row["revision"] = operation.get("targetRevision") or row["revision"]
         row["incarnation"] += 1
         row.pop("ordinal", None)
         operation["step"] = CREATE_PODS
-    return _bring_up(work, row)
+    bring_up(work, row)
 
 
-def _bring_up(work: Work, row: dict) -> None:
-    """CreatePods, WaitReady, WaitAvailable of a Drain; a failure leaves it Failed."""
+def bring_up(work: Work, row: dict) -> None:
+    """CreatePods, WaitReady, WaitAvailable; a failure leaves the Instance Failed,
+    still holding its operation."""
     operation = row["operation"]
     instance = work.instance(row)
+    what = "restart" if operation["type"] == RESTART else "update"
     if operation["step"] == CREATE_PODS:
         created = work.create_pods(row, row["revision"], row["incarnation"], 0, instance.pods)
         if not created:
@@ -414,8 +425,8 @@ def _bring_up(work: Work, row: dict) -> None:
     failure = check_pods(work, operation, instance.pods)
     if failure is not None:
         row["phase"] = FAILED
-        work.event("Warning", "UpdateFailed", row["index"],
-                   f"update to {row['revision']} failed: {failure['reason']}: "
+        work.event("Warning", f"{what.capitalize()}Failed", row["index"],
+                   f"{what} at {row['revision']} failed: {failure['reason']}: "
                    f"{failure['message']}")
         record_failure(work, row, row["revision"], failure)
         return
@@ -426,10 +437,9 @@ def _bring_up(work: Work, row: dict) -> None:
                     work.serve(pod, True)
             operation["step"] = WAIT_AVAILABLE
         return
-    if finish_when_available(work, row, "updated"):
+    if finish_when_available(work, row, "restarted" if what == "restart" else "updated"):
         row.pop("attempts", None)
         row.pop("retryAt", None)
-    return
 
 
 # -- InPlace: new images in the same pod --------------------------------------------

@@ -154,7 +154,7 @@ class Work:
             "step": step,
             "strategy": strategy,
             "startedAt": format_time(self.now),
-            "deadline": format_time(self.now + timeout) if timeout and kind != DELETE else None,
+            "deadline": format_time(self.now + timeout) if timeout else None,
             "waiting": None,
         }
         if mode:
@@ -174,7 +174,10 @@ class Work:
         group = plan_podgroup(self.desired, row["index"], self.observed.podgroups)
         if group is not None:
             self.actions.append(group)
+        avoid = row.get("avoidNodes") or []
         for pod in missing:
+            if avoid:
+                _steer_off(pod, avoid)
             if self.observed.podgroups is not None and self.desired.gang:
                 pod["metadata"]["labels"][PODGROUP_LABEL] = podgroup_name(self.desired,
                                                                           row["index"])
@@ -182,3 +185,16 @@ class Work:
                 pod["metadata"]["annotations"][OPERATION_ANNOTATION] = operation["startedAt"]
             self.actions.append(CreatePod(pod))
         return missing
+
+
+def _steer_off(pod: dict, nodes: list[str]) -> None:
+    """Keep the pod off nodes where earlier attempts failed for reasons of their own."""
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn",
+                                  "values": sorted(nodes)}]}
+    affinity = pod["spec"].setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution",
+                                   {"nodeSelectorTerms": []})
+    terms = required["nodeSelectorTerms"] or [{}]
+    for existing in terms:
+        existing.setdefault("matchExpressions", []).extend(term["matchExpressions"])
+    required["nodeSelectorTerms"] = terms

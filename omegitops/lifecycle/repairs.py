@@ -1,0 +1,212 @@
+"""Repairs of Ready Instances (restart-policy.txt) and recovery by hand (instances.txt).
+
+Under RecreateInstanceOnPodRestart, a Ready Instance restarts whole when its
+main container (``ome-container``) restarts, when one of its pods is in phase
+Failed, or when it has fewer pods than it needs. Under None, only the failed
+or missing pod is replaced. Under either policy, a pod wedged in
+CrashLoopBackOff or ImagePullBackOff past stuckPodGracePeriod restarts the
+whole Instance: those are the crash-loop repairs, bounded per pass by
+repairBatchSize and, when they take a serving Instance offline, by
+maxUnavailable. Policy restarts wait for neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.budgets import scaled_value
+from omegitops.lifecycle.failures import ended_failure, failure_record
+from omegitops.lifecycle.instance import InstancePods
+from omegitops.lifecycle.templates import MAIN_CONTAINER
+from omegitops.lifecycle.work import READY, RESTART, Work
+
+RECREATE_INSTANCE = "RecreateInstanceOnPodRestart"
+WEDGED = ("CrashLoopBackOff", "ImagePullBackOff")
+RESTARTING = "Restarting"
+UNROUTE, DELETE_PODS = "Unroute", "DeletePods"
+RESET_ANNOTATION = "ome.io/reset-instances"
+RELEASE_ANNOTATION = "ome.io/release-revision"
+
+
+@dataclass
+class Trigger:
+    """Why a Ready Instance needs repair; ``crash_loop`` repairs are budgeted."""
+
+    text: str
+    failure: dict
+    crash_loop: bool = False
+    whole: bool = True
+
+
+def _restarted(work: Work, row: dict, pod: dict) -> Trigger | None:
+    """The main container restarted since the last pass saw the Instance Ready."""
+    seen = {p["name"]: p.get("restarts", 0) for p in row.get("pods") or []}
+    name = pod["metadata"]["name"]
+    if name not in seen or P.restarts(pod) <= seen[name]:
+        return None
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") != MAIN_CONTAINER:
+            continue
+        last = (status.get("lastState") or {}).get("terminated") or {}
+        reason, code = last.get("reason") or "Error", last.get("exitCode")
+        text = (f"pod {name} container {MAIN_CONTAINER} restarted after Ready: {reason}"
+                + (f" (exit {code})" if code is not None else ""))
+        return Trigger(text, failure_record(work, pod, reason, text, MAIN_CONTAINER, code))
+    return None
+
+
+def _wedged(work: Work, pod: dict) -> Trigger | None:
+    """A pod stuck in CrashLoopBackOff or ImagePullBackOff past the stuck-pod grace."""
+    grace = work.seconds("stuckPodGracePeriod")
+    if grace is None or P.is_terminating(pod):
+        return None
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        reason = ((status.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason not in WEDGED:
+            continue
+        ready, since = P.condition(pod, "ContainersReady")
+        if ready or since is None:
+            return None
+        if work.now < since + grace:
+            work.wake(since + grace)
+            return None
+        name = pod["metadata"]["name"]
+        text = f"pod {name} wedged in {reason} past the stuck-pod grace"
+        last = (status.get("lastState") or {}).get("terminated") or {}
+        return Trigger(text, failure_record(work, pod, reason, text, status.get("name"),
+                                            last.get("exitCode")), crash_loop=True)
+    return None
+
+
+def find_trigger(work: Work, row: dict) -> Trigger | None:
+    """Why the Ready Instance ``row`` needs a repair now, if it does."""
+    policy = work.lifecycle.value("restartPolicy", "None")
+    pods = work.groups.get(row["index"], [])
+    own = work.own_pods(row)
+    for pod in own:
+        wedge = _wedged(work, pod)
+        if wedge is not None:
+            return wedge
+    for pod in own:
+        if P.has_ended(pod) and not P.is_terminating(pod):
+            failure = ended_failure(work, pod)
+            text = f"pod {pod['metadata']['name']} is in phase Failed: {failure['reason']}"
+            return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
+    live = [p for p in own if not P.is_terminating(p) and not P.has_ended(p)]
+    if len(live) < work.needed and not [p for p in pods if P.is_terminating(p)]:
+        names = {p["name"] for p in row.get("pods") or []}
+        gone = sorted(names - {p["metadata"]["name"] for p in live})
+        text = (f"{len(live)}/{work.needed} pods remain"
+                + (f" (pod {gone[0]} is gone)" if gone else ""))
+        failure = {"pod": gone[0] if gone else None, "container": None, "reason": "PodLost",
+                   "exitCode": None, "message": text, "time": None}
+        return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
+    if policy == RECREATE_INSTANCE:
+        for pod in live:
+            restarted = _restarted(work, row, pod)
+            if restarted is not None:
+                return restarted
+    return None
+
+
+def plan_repairs(work: Work) -> None:
+    """Open the repairs Ready Instances need, within the batch and the budget."""
+    batch = work.lifecycle.value("repairBatchSize")
+    batch = None if batch is None else int(batch)
+    budget = scaled_value(
+        work.lifecycle.value("updateStrategy.rollingUpdate.maxUnavailable"),
+        work.lifecycle.replicas)
+    from omegitops.lifecycle.rollout import unavailable
+
+    down, down_rows = unavailable(work)
+    opened, held = 0, []
+    for index in sorted(work.rows):
+        row = work.rows[index]
+        if row.get("operation") or row.get("phase") != READY or index in work.moved:
+            continue
+        trigger = find_trigger(work, row)
+        if trigger is None:
+            continue
+        if trigger.crash_loop:
+            if batch is not None and opened >= batch:
+                continue  # repaired on a following pass, without a RepairHeld event
+            serving = InstancePods(work.needed, work.groups.get(index, [])).serving_pod_count()
+            if serving >= work.needed and index not in down_rows:
+                if budget is not None and down + 1 > budget:
+                    held.append((row, budget, down))
+                    continue
+                down += 1
+                down_rows.add(index)
+            opened += 1
+        open_restart(work, row, trigger)
+    if held and not opened:
+        row, budget, down = held[0]
+        work.event("Warning", "RepairHeld", row["index"],
+                   f"repair held: per-Component unavailability budget {budget} exhausted "
+                   f"(would become {down + 1})")
+
+
+def open_restart(work: Work, row: dict, trigger: Trigger) -> None:
+    """Restart: unroute, delete once unrouted, recreate on the same revision one
+    incarnation higher. Under restartPolicy None only the failed pod is replaced."""
+    row["lastFailure"] = trigger.failure
+    row["phase"] = RESTARTING
+    operation = work.operation(RESTART, UNROUTE, target=row["revision"],
+                               mode="Instance" if trigger.whole else "Pod")
+    row["operation"] = operation
+    incarnation = row["incarnation"] + (1 if trigger.whole else 0)
+    work.event("Normal", "RestartTriggered", row["index"],
+               f"restart triggered: {trigger.text} (incarnation={incarnation})")
+    work.moved.add(row["index"])
+    step_restart(work, row)
+
+
+def step_restart(work: Work, row: dict) -> None:
+    from omegitops.lifecycle.updates import bring_up, recreate
+
+    operation = row["operation"]
+    if operation.get("mode") == "Instance":
+        recreate(work, row, retarget=False)
+        return
+    # Only the failed or missing pod: delete what ended, then create what is missing.
+    if operation["step"] in (UNROUTE, DELETE_PODS, "WaitGone"):
+        ended = [p for p in work.own_pods(row) if P.has_ended(p) or P.is_terminating(p)]
+        for pod in ended:
+            if not P.is_terminating(pod):
+                work.delete(pod, 0)
+        if ended:
+            operation["step"] = "WaitGone"
+            work.wake(min(P.deletion_deadline(p) or work.now for p in ended))
+            return
+        operation["step"] = "CreatePods"
+    bring_up(work, row)
+
+
+def reset_and_release(work: Work, annotations: dict[str, str]) -> None:
+    """Recovery by hand, through annotations on the InferenceReplica.
+
+    ``ome.io/reset-instances``: ``all`` or a comma-separated list of indices;
+    their Failed Instances start over (one that still holds its failed Update
+    is skipped: a new revision or a release moves it). ``ome.io/release-revision``:
+    a held revision's name; its attempts start over.
+    """
+    released = annotations.get(RELEASE_ANNOTATION)
+    if released and released in work.retries:
+        del work.retries[released]
+        work.event("Normal", "RevisionReleased", None, f"released revision {released}")
+    value = (annotations.get(RESET_ANNOTATION) or "").strip()
+    if not value:
+        return
+    wanted = None if value == "all" else {int(i) for i in value.split(",") if i.strip().isdigit()}
+    for index, row in sorted(work.rows.items()):
+        if row.get("phase") != "Failed" or (wanted is not None and index not in wanted):
+            continue
+        if (row.get("operation") or {}).get("type") == "Update":
+            continue
+        row.pop("rebuild", None)
+        row["phase"] = READY
+        row["operation"] = None
+        work.event("Normal", "InstanceReset", index, "reset: starting over")
+        open_restart(work, row, Trigger("reset by ome.io/reset-instances",
+                                        row.get("lastFailure") or {}, whole=True))
