@@ -29,13 +29,16 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                   env: dict[str, str] | None = None, lifecycle: dict | None = None,
                   workers: int | None = None, values: dict | None = None,
                   grace: int | None = None, annotations: dict | None = None,
-                  name: str = "svc", worker_env: dict[str, str] | None = None) -> Path:
+                  name: str = "svc", worker_env: dict[str, str] | None = None,
+                  gates: list[str] | None = None) -> Path:
     """One runtime and one OMENative service ``demo/<name>`` with an engine."""
     config: dict[str, Any] = {"tolerations": TOLERATIONS}
     if grace is not None:
         config["terminationGracePeriodSeconds"] = grace
     if annotations:
         config["annotations"] = annotations
+    if gates:
+        config["schedulingGates"] = [{"name": gate} for gate in gates]
     if workers is None:
         config["runner"] = runner(image, env)
     else:

@@ -59,6 +59,9 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
     unschedulable_grace = work.seconds("unschedulableGracePeriod")
     stuck = operation.setdefault("stuck", {})
     operation["waiting"] = None
+    gated = _external_hold(work, operation, pods)
+    if gated:
+        return None
     for pod in pods:
         name = pod["metadata"]["name"]
         if P.has_ended(pod):
@@ -98,6 +101,22 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
     if deadline:
         work.wake(parse_time(deadline))
     return None
+
+
+def _external_hold(work: Work, operation: dict, pods: list[dict]) -> bool:
+    """A scheduling gate (Kueue's, say) holds the pods: the clock stops, ``waiting``
+    names the gate, and the deadline moves so the operation gets a full window once
+    the hold ends."""
+    for pod in pods:
+        gates = (pod.get("spec") or {}).get("schedulingGates") or []
+        if gates and not P.is_terminating(pod):
+            operation["waiting"] = (f"scheduling gate {gates[0].get('name')} on pod "
+                                    f"{pod['metadata']['name']}")
+            timeout = work.seconds("instanceReadyTimeout")
+            if timeout:
+                operation["deadline"] = format_time(work.now + timeout)
+            return True
+    return False
 
 
 def _unschedulable(pod: dict) -> bool:

@@ -132,7 +132,7 @@ def plan_repairs(work: Work) -> None:
             if batch is not None and opened >= batch:
                 continue  # repaired on a following pass, without a RepairHeld event
             serving = InstancePods(work.needed, work.groups.get(index, [])).serving_pod_count()
-            if serving >= work.needed and index not in down_rows:
+            if serving and index not in down_rows:
                 if budget is not None and down + 1 > budget:
                     held.append((row, budget, down))
                     continue

@@ -103,8 +103,10 @@ def unavailable(work: Work) -> tuple[int, set[int]]:
         filled += 1
         operation = row.get("operation") or {}
         disruptive = operation and operation.get("mode") != SURGE
+        # In service while its entry pod serves: a gang that lost a worker still serves
+        # through its leader; one whose pods serve nothing is out already.
         pods = InstancePods(work.needed, work.groups.get(row["index"], []))
-        if disruptive or pods.serving_pod_count() < work.needed:
+        if disruptive or pods.serving_pod_count() == 0:
             out.add(row["index"])
     missing = max(0, work.lifecycle.replicas - filled)
     return len(out) + missing, out
