@@ -51,8 +51,8 @@ def test_oom_restarts_the_instance_under_recreate_policy(tmp_path):
     assert rows(scenario)[0]["phase"] == "Restarting"
     assert condition(scenario, "EngineReady")["reason"] == "InsufficientAvailable"
     assert messages(scenario, "RestartTriggered") == [
-        "OMENative component=engine instance=0 restart triggered: pod svc-engine-0-default-0 "
-        "container ome-container restarted after Ready: OOMKilled (exit 137) (incarnation=2)"]
+        ("OMENative component=engine instance=0 restart triggered: pod svc-engine-0-default-0 "
+        "container ome-container restarted after Ready: OOMKilled (exit 137) (incarnation=2)")]
     scenario.until_idle()
     row = rows(scenario)[0]
     assert (row["phase"], row["incarnation"]) == ("Ready", 2)
