@@ -12,7 +12,7 @@ from omegitops.cluster.kube import KubeCluster, RetryPolicy, plain_client
 
 @pytest.fixture
 def api():
-    """The double, serving InferenceReplicas under the schema of deploy/crds/."""
+    """The double, serving InferenceReplicas under the schema of pipelines/crds/."""
     with ApiServerDouble(crd_schemas=load_crd_schemas(CRDS)) as server:
         yield server
 

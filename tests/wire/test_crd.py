@@ -1,4 +1,4 @@
-"""deploy/crds/inferencereplica-crd.yaml: current, structural, and faithful to what we write."""
+"""pipelines/crds/inferencereplica-crd.yaml: current, structural, and faithful to what we write."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _schema() -> dict:
 
 def test_the_crd_file_is_up_to_date_with_its_generator():
     assert CRD_FILE.read_text(encoding="utf-8") == _generator().render(), \
-        "run: python deploy/crds/generate.py"
+        "run: python pipelines/crds/generate.py"
 
 
 def test_the_crd_validates_as_a_kubernetes_document():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CRDS = REPO_ROOT / "deploy" / "crds"
+CRDS = REPO_ROOT / "pipelines" / "crds"
 EXAMPLES = REPO_ROOT / "examples"
 NS = "demo"
 
