@@ -147,6 +147,7 @@ def apply_plan(cluster: Cluster, item: ServiceComponent, plan: Plan, now: dateti
     if plan.replica_changed:
         _write_replica(cluster, plan.replica)
         writes += 1
+        writes += _write_service_status(cluster, plan.replica)
     for action in plan.actions:
         _apply(cluster, action)
         writes += 1
@@ -170,6 +171,30 @@ def _write_replica(cluster: Cluster, replica: dict) -> None:
         stored = cluster.replace_object(replica)
         replica = {**replica, "metadata": stored["metadata"]}
     cluster.replace_status(replica)
+
+
+def _write_service_status(cluster: Cluster, replica: dict) -> int:
+    """Where the InferenceService itself lives in the cluster (OME's CRDs installed),
+    its status.components.{component}.lifecycle gets the component's totals and
+    rolloutHold, as the documents show them. Backends without it skip this."""
+    update = getattr(cluster, "update_service_status", None)
+    if update is None:
+        return 0
+    spec, status = replica["spec"], replica["status"]
+    totals = {
+        "replicas": spec["replicas"],
+        "currentReplicas": status["replicas"],
+        "readyReplicas": status["readyReplicas"],
+        "availableReplicas": status["availableReplicas"],
+        "updatedReplicas": status["updatedReplicas"],
+        "servingReplicas": status["servingReplicas"],
+        "minReadySeconds": spec["minReadySeconds"],
+        "revision": spec["revision"],
+        "rolloutHold": status.get("rolloutHold"),
+    }
+    written = update(replica["metadata"]["namespace"], spec["inferenceService"],
+                     spec["component"], totals)
+    return 1 if written else 0
 
 
 def _apply(cluster: Cluster, action: Action) -> None:

@@ -201,7 +201,8 @@ def test_creation_past_its_deadline_fails_the_instance(tmp_path):
     scenario.fault("unschedulable", clear=True)
     annotate(scenario, "ome.io/reset-instances", "all")
     scenario.until_idle()
-    assert rows(scenario)[0]["phase"] == "Ready"
+    # A reset rebuilds the failed Instance: the incarnation stays (instances.txt).
+    assert (rows(scenario)[0]["phase"], rows(scenario)[0]["incarnation"]) == ("Ready", 1)
     assert messages(scenario, "InstanceReset") == [
         "OMENative component=engine instance=0 reset: starting over"]
     annotations = scenario.replica(NAME)["metadata"].get("annotations") or {}

@@ -167,11 +167,19 @@ def _retry_update(work: Work, row: dict) -> None:
 
 
 def _fresh_start(work: Work, row: dict) -> None:
-    """Rebuild a Failed Instance from scratch at the newest revision (same incarnation)."""
+    """Rebuild a Failed Instance from scratch at the newest revision (same incarnation).
+
+    Its remaining pods go first; CreatePods waits for them to be gone, since the
+    new pods take the same names.
+    """
     row.update(phase=CREATING, revision=work.desired.revision,
                operation=work.operation(CREATE, CREATE_PODS))
     row.pop("ordinal", None)
-    step_create(work, row)
+    pods = work.groups.get(row["index"], [])
+    for pod in pods:
+        work.delete(pod, 0 if P.has_ended(pod) else None)
+    if not pods:
+        step_create(work, row)
 
 
 def _step_creating(work: Work, row: dict) -> None:

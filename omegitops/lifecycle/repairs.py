@@ -204,9 +204,7 @@ def reset_and_release(work: Work, annotations: dict[str, str]) -> None:
             continue
         if (row.get("operation") or {}).get("type") == "Update":
             continue
-        row.pop("rebuild", None)
-        row["phase"] = READY
+        # Rebuilt like any failed Instance: same incarnation, at the newest revision.
+        row["rebuild"] = True
         row["operation"] = None
         work.event("Normal", "InstanceReset", index, "reset: starting over")
-        open_restart(work, row, Trigger("reset by ome.io/reset-instances",
-                                        row.get("lastFailure") or {}, whole=True))
