@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +47,7 @@ from omegitops.commands.events import (
     sort_events,
 )
 from omegitops.errors import OmegitopsError
+from omegitops.files import replace_atomically
 from omegitops.lifecycle.replica import replica_name
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
 from omegitops.manifests.schemas import validator
@@ -326,16 +326,7 @@ def write_atomic(path: Path, text: str) -> bool:
     data = text.encode("utf-8")
     if path.exists() and path.read_bytes() == data:
         return False
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_atomically(path, data)
     return True
 
 

@@ -26,13 +26,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import IO
 
 from omegitops.cluster.errors import LockHeld
 from omegitops.cluster.times import parse_time
 from omegitops.errors import ClusterError
+from omegitops.files import replace_atomically
 
 VERSION = 1
 START_CLOCK = "2026-09-27T08:00:00Z"
@@ -108,35 +108,9 @@ def save_state(path: Path, state: dict) -> None:
 
     A crash at any moment leaves either the old file or the new one, never a mix.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Serialise first (compact, and faster than json.dump's many small writes): an object
     # that is not JSON then fails before any file exists.
-    data = json.dumps(state, separators=(",", ":")).encode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable; some file systems refuse, which is harmless here.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    replace_atomically(path, json.dumps(state, separators=(",", ":")).encode())
 
 
 class FileLock:
