@@ -1,0 +1,292 @@
+"""A rollout forecast: the real reconcile passes, run on a throw-away simulated cluster.
+
+``run_until_idle`` is the ``reconcile --until-idle`` loop: after a pass that
+wrote, the cluster gets up to a second to react; after one that did not, the
+clock jumps to the next planned wake-up or simulated transition, within a
+time budget. ``forecast`` runs it on a cluster that nobody keeps (the caller
+opens a copy) and records, after every pass, the time, the pods, each
+component's serving Instances and each Instance's operation. The rest is
+pure: ``operation_spans``, ``lowest_capacity`` and ``gantt`` turn those
+samples into the summary a pull request shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from omegitops.cluster.base import Cluster
+from omegitops.cluster.times import format_time, parse_time, to_datetime
+from omegitops.lifecycle.durations import format_duration
+from omegitops.lifecycle.replica import decode_rows
+from omegitops.manifests.load import ServiceComponent
+from omegitops.reconcile import MANAGED, PassResult, run_pass
+
+DEFAULT_BUDGET_SECONDS = 7200.0
+# A pass that acted is followed at once by another; this bounds a run whose
+# plans keep acting without the clock moving (which would be a bug).
+MAX_PASSES = 5000
+IDLE = "idle"
+BUDGET_SPENT = "time budget spent with work in flight"
+STUCK = "still busy, but nothing will change by itself"
+PASS_LIMIT = "pass limit reached"
+GANTT_TIME = "%Y-%m-%dT%H:%M:%S"
+
+
+# -- the loop ----------------------------------------------------------------------
+
+
+def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds: float,
+                   on_pass: Callable[[PassResult], None] | None = None) -> str:
+    """Passes until nothing is in flight or the budget is spent; returns why it stopped."""
+    stop_at = cluster.now() + timedelta(seconds=max_seconds)
+    for _ in range(MAX_PASSES):
+        result = run_pass(cluster, items)
+        if on_pass is not None:
+            on_pass(result)
+        if not result.busy:
+            return IDLE
+        if result.applied:
+            # Let the cluster react to what was just written before planning again.
+            cluster.advance(_gap(cluster, result.now))
+            continue
+        wake = _next_wake(cluster, result.wake_at)
+        if wake is None and cluster.poll_seconds:
+            wake = cluster.now() + timedelta(seconds=cluster.poll_seconds)
+        if wake is None:
+            return STUCK
+        if wake > stop_at:
+            return BUDGET_SPENT
+        cluster.advance((wake - cluster.now()).total_seconds())
+    return PASS_LIMIT
+
+
+def _next_wake(cluster: Cluster, planned: datetime | None) -> datetime | None:
+    candidates = [t for t in (planned, cluster.next_transition_at()) if t is not None]
+    return min(candidates) if candidates else None
+
+
+def _gap(cluster: Cluster, now: datetime) -> float:
+    """Seconds to the next thing the cluster does by itself, at most one."""
+    wake = _next_wake(cluster, None)
+    if wake is None:
+        return 0.0
+    return max(0.0, min((wake - now).total_seconds(), 1.0))
+
+
+# -- samples -----------------------------------------------------------------------
+
+
+ComponentKey = tuple[str, str]  # (namespace/service, component)
+InstanceKey = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class InstanceState:
+    phase: str | None
+    operation: tuple[str, str, str] | None  # (type, mode, startedAt)
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one pass saw: its time, the pods after it, serving vs desired, the Instances."""
+
+    at: float
+    pods: int
+    capacity: dict[ComponentKey, tuple[int, int]] = field(default_factory=dict)
+    instances: dict[InstanceKey, InstanceState] = field(default_factory=dict)
+    # Instances on the component's newest revision, and the Ready condition's message.
+    updated: dict[ComponentKey, tuple[int, str]] = field(default_factory=dict)
+
+
+def sample_pass(result: PassResult, pods: int) -> Sample:
+    """A Sample from one pass's plans (their InferenceReplica status); pure."""
+    capacity: dict[ComponentKey, tuple[int, int]] = {}
+    instances: dict[InstanceKey, InstanceState] = {}
+    updated: dict[ComponentKey, tuple[int, str]] = {}
+    for item, plan in result.plans:
+        meta = item.service.data["metadata"]
+        key = (f"{meta.get('namespace') or 'default'}/{meta['name']}", plan.component)
+        status = plan.replica.get("status") or {}
+        capacity[key] = (int(status.get("servingReplicas") or 0),
+                         int(status.get("desiredReplicas") or 0))
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+                     {})
+        updated[key] = (int(status.get("updatedReplicas") or 0), ready.get("message") or "")
+        for row in decode_rows(status.get("instances")):
+            operation = row.get("operation")
+            op = None
+            label = ""
+            if operation:
+                op = (operation.get("type") or "", operation.get("mode") or "",
+                      operation.get("startedAt") or "")
+                label = span_label(row["index"], operation, row.get("surgeOf"))
+            instances[(*key, row["index"])] = InstanceState(row.get("phase"), op, label)
+    return Sample(result.now.timestamp(), pods, capacity, instances, updated)
+
+
+def span_label(index: int, operation: dict, surge_of: int | None = None) -> str:
+    """``Instance 0 Update (Surge)``; a gang's replacement says whom it replaces."""
+    label = f"Instance {index} {operation.get('type') or 'Operation'}"
+    if operation.get("mode"):
+        label += f" ({operation['mode']})"
+    if surge_of is not None:
+        label += f" replacing {surge_of}"
+    return label
+
+
+# -- what the samples say -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Span:
+    """One Instance operation from its start to the pass that saw it end."""
+
+    service: str
+    component: str
+    index: int
+    label: str
+    start: float
+    end: float
+    outcome: str  # done, failed, running
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"service": self.service, "component": self.component, "index": self.index,
+                "operation": self.label, "start": format_time(self.start),
+                "end": format_time(self.end), "seconds": round(self.end - self.start),
+                "outcome": self.outcome}
+
+
+def operation_spans(samples: list[Sample]) -> list[Span]:
+    """Each Instance operation's span; one still open at the last sample is ``running``."""
+    open_spans: dict[InstanceKey, tuple[tuple, float, str]] = {}
+    spans: list[Span] = []
+
+    def close(key: InstanceKey, at: float, outcome: str) -> None:
+        _, start, label = open_spans.pop(key)
+        spans.append(Span(key[0], key[1], key[2], label, start, max(at, start), outcome))
+
+    for sample in samples:
+        for key in sorted(set(open_spans) | set(sample.instances)):
+            state = sample.instances.get(key)
+            failed = state is not None and state.phase == "Failed"
+            current = state.operation if state is not None and not failed else None
+            if key in open_spans and open_spans[key][0] != current:
+                same = state is not None and state.operation == open_spans[key][0]
+                close(key, sample.at, "failed" if failed and same else "done")
+            if current is not None and key not in open_spans:
+                start = _started(current[2], sample.at)
+                open_spans[key] = (current, start, state.label)
+    if samples:
+        for key in sorted(open_spans):
+            close(key, samples[-1].at, "running")
+    return sorted(spans, key=lambda s: (s.service, s.component, s.start, s.index))
+
+
+def _started(text: str, fallback: float) -> float:
+    try:
+        return min(parse_time(text), fallback)
+    except ValueError:
+        return fallback
+
+
+def lowest_capacity(samples: list[Sample]) -> list[dict[str, Any]]:
+    """Per component, the pass with the fewest serving Instances relative to desired,
+    and how many serve at the end."""
+    lowest: dict[ComponentKey, tuple[float, int, int, float]] = {}
+    for sample in samples:
+        for key, (serving, desired) in sample.capacity.items():
+            fraction = serving / desired if desired else 1.0
+            if key not in lowest or fraction < lowest[key][0]:
+                lowest[key] = (fraction, serving, desired, sample.at)
+    final = samples[-1].capacity if samples else {}
+    return [{"service": key[0], "component": key[1], "serving": serving, "desired": desired,
+             "text": f"{serving}/{desired}", "fraction": round(fraction, 4),
+             "at": format_time(at), "end": "{}/{}".format(*final.get(key, (0, 0)))}
+            for key, (fraction, serving, desired, at) in sorted(lowest.items())]
+
+
+def not_updated(samples: list[Sample]) -> list[dict[str, Any]]:
+    """Components that end the forecast with Instances off their newest revision
+    (a stalled rollout, a partition, a failure)."""
+    if not samples:
+        return []
+    last = samples[-1]
+    out = []
+    for key, (updated, ready) in sorted(last.updated.items()):
+        desired = last.capacity.get(key, (0, 0))[1]
+        if updated < desired:
+            out.append({"service": key[0], "component": key[1], "updated": updated,
+                        "desired": desired, "text": f"{updated}/{desired}", "ready": ready})
+    return out
+
+
+def gantt(spans: list[Span]) -> str | None:
+    """A Mermaid gantt chart: a section per component, a bar per Instance operation."""
+    if not spans:
+        return None
+    lines = ["gantt", "    dateFormat YYYY-MM-DDTHH:mm:ss", "    axisFormat %H:%M",
+             "    todayMarker off"]
+    section = None
+    for number, span in enumerate(spans, start=1):
+        title = f"{span.service} {span.component}"
+        if title != section:
+            lines.append(f"    section {_mermaid_text(title)}")
+            section = title
+        tags = {"failed": "crit, ", "running": "active, "}.get(span.outcome, "")
+        start = to_datetime(span.start).strftime(GANTT_TIME)
+        seconds = max(1, round(span.end - span.start))
+        lines.append(f"    {_mermaid_text(span.label)} :{tags}op{number}, {start}, {seconds}s")
+    return "\n".join(lines)
+
+
+def _mermaid_text(text: str) -> str:
+    """Mermaid reads ``:`` as the start of a task's data and ``#``/``;`` specially."""
+    return text.replace(":", " ").replace(";", " ").replace("#", " ")
+
+
+def summarize(samples: list[Sample], stop: str, errors: list[str],
+              initial_pods: int) -> dict[str, Any]:
+    """The forecast as JSON; pure."""
+    spans = operation_spans(samples)
+    lows = lowest_capacity(samples)
+    start = samples[0].at if samples else 0.0
+    end = samples[-1].at if samples else 0.0
+    peak = max([initial_pods, *(s.pods for s in samples)])
+    overall = min(lows, key=lambda c: (c["fraction"], c["service"], c["component"]),
+                  default=None)
+    return {
+        "start": format_time(start) if samples else None,
+        "end": format_time(end) if samples else None,
+        "seconds": round(end - start),
+        "duration": format_duration(end - start),
+        "passes": len(samples),
+        "idle": stop == IDLE,
+        "stopReason": stop,
+        "peakPods": peak,
+        "lowestCapacity": lows,
+        "lowest": overall,
+        "failedOperations": sum(1 for span in spans if span.outcome == "failed"),
+        "notUpdated": not_updated(samples),
+        "spans": [span.to_dict() for span in spans],
+        "mermaid": gantt(spans),
+        "errors": errors,
+    }
+
+
+def forecast(cluster: Cluster, items: list[ServiceComponent],
+             max_seconds: float = DEFAULT_BUDGET_SECONDS) -> dict[str, Any]:
+    """Run the rollout on ``cluster`` (a throw-away copy: this writes to it) and summarize."""
+    samples: list[Sample] = []
+    errors: list[str] = []
+    initial = len(cluster.list_pods(MANAGED))
+
+    def record(result: PassResult) -> None:
+        errors.extend(result.errors)
+        samples.append(sample_pass(result, len(cluster.list_pods(MANAGED))))
+
+    stop = run_until_idle(cluster, items, max_seconds, record)
+    return summarize(samples, stop, errors, initial)

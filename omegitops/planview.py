@@ -1,0 +1,450 @@
+"""What ``omegitops plan`` shows: revision changes, next steps, warnings; pure.
+
+Everything here takes values (resolved lifecycles, templates, plans) and
+returns plain data, so that the command only opens clusters and prints.
+
+The warnings are the ones the documents imply:
+
+- ``InPlaceOnlyWillStall`` (update-strategies.txt "In-place updates"):
+  InPlaceOnly refuses any change to a single-pod Instance but the images of
+  regular containers; the Instance stays on its old revision and the rollout
+  stalls. A gang is not refused: the in-place strategies recreate its pods.
+- ``BudgetsCannotMove``: the budgets the strategy reads are all zero, so no
+  Instance could ever move (validation refuses this; checked again here on
+  the resolved values).
+- ``RecreateTakesComponentOffline`` (update-strategies.txt "Pacing with
+  rollingUpdate"): RecreatePod with no maxUnavailable lets every Instance
+  move at once, which takes the whole component offline; so does a budget
+  that covers every Instance.
+- ``MinReadyShorterThanProbe`` (min-ready-seconds.txt Step 1): the window
+  should be longer than the readiness probe takes to catch a failure, about
+  failureThreshold x max(periodSeconds, timeoutSeconds). A window of 0 (no
+  warm-up at all, the default) is not a window that is too short, and is
+  not reported.
+- ``NoInstanceReadyTimeout`` (instances.txt "Operations"): with
+  instanceReadyTimeout unset everywhere, operations get no deadline and a
+  stuck Instance waits for someone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from omegitops.lifecycle.budgets import BudgetError, scaled_value
+from omegitops.lifecycle.planner import DesiredComponent, ObservedComponent, Plan
+from omegitops.lifecycle.replica import decode_rows, replica_name
+from omegitops.lifecycle.resolve import (
+    SINGLE,
+    SURGE_THEN_DRAIN,
+    ComponentLifecycle,
+    timeout_seconds,
+)
+from omegitops.lifecycle.revisions import stored_templates
+from omegitops.lifecycle.templates import DEFAULT, LEADER, MAIN_CONTAINER
+from omegitops.lifecycle.updates import IN_PLACE_ONLY, images_only
+from omegitops.manifests.load import Loaded, ServiceComponent
+
+TEMPLATE = "plan.md.j2"
+RECREATE_POD = "RecreatePod"
+# Kubernetes' probe defaults (the normalized templates leave them out).
+PROBE_DEFAULTS = {"failureThreshold": 3, "periodSeconds": 10, "timeoutSeconds": 1}
+SHOWN_CONDITIONS = ("Ready", "RolloutStalled")
+
+IN_PLACE_ONLY_WILL_STALL = "InPlaceOnlyWillStall"
+BUDGETS_CANNOT_MOVE = "BudgetsCannotMove"
+RECREATE_TAKES_COMPONENT_OFFLINE = "RecreateTakesComponentOffline"
+MIN_READY_SHORTER_THAN_PROBE = "MinReadyShorterThanProbe"
+NO_INSTANCE_READY_TIMEOUT = "NoInstanceReadyTimeout"
+MAX_SURGE = "updateStrategy.rollingUpdate.maxSurge"
+MAX_UNAVAILABLE = "updateStrategy.rollingUpdate.maxUnavailable"
+
+
+# -- template diff ---------------------------------------------------------------
+
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One changed leaf of the pod templates, at a dotted path."""
+
+    path: str
+    old: Any
+    new: Any
+
+    def __str__(self) -> str:
+        return f"{self.path}: {show_value(self.old)} → {show_value(self.new)}"
+
+
+def show_value(value: Any) -> str:
+    """A value as one short line: strings bare, the rest as compact JSON."""
+    if value is _ABSENT:
+        return "(unset)"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def template_diff(old: Any, new: Any, path: str = "") -> list[FieldChange]:
+    """Changed leaves between two template sets, as dotted paths; pure.
+
+    Mappings are walked key by key; lists whose items all have a ``name``
+    (containers, env, volumes, ports) item by name, ``containers[ome-container]``,
+    also when the list is added or removed; any other list that differs is one
+    change.
+
+    >>> [str(c) for c in template_diff({"a": {"image": "v1"}}, {"a": {"image": "v2"}})]
+    ['a.image: v1 → v2']
+    """
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes = []
+        for key in sorted(set(old) | set(new), key=str):
+            child = f"{path}.{key}" if path else str(key)
+            changes.extend(template_diff(old.get(key, _ABSENT), new.get(key, _ABSENT), child))
+        return changes
+    if (_named(old) or _named(new)) and _named_or_none(old) and _named_or_none(new):
+        before = {item["name"]: item for item in old or ()} if old is not _ABSENT else {}
+        after = {item["name"]: item for item in new or ()} if new is not _ABSENT else {}
+        changes = []
+        for name in [*before, *(n for n in after if n not in before)]:
+            changes.extend(template_diff(before.get(name, _ABSENT), after.get(name, _ABSENT),
+                                         f"{path}[{name}]"))
+        return changes
+    if old == new and type(old) is type(new):
+        return []
+    return [FieldChange(path, old, new)]
+
+
+def _named(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(item, dict) and isinstance(item.get("name"), str) for item in value)
+
+
+def _named_or_none(value: Any) -> bool:
+    """A list keyed by name, or nothing yet (absent or empty): compared item by item."""
+    return value is _ABSENT or value == [] or _named(value)
+
+
+# -- warnings --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanWarning:
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+def in_place_only_will_stall(lifecycle: ComponentLifecycle, old: dict | None,
+                             new: dict) -> PlanWarning | None:
+    """InPlaceOnly and a change to a single-pod component beyond regular containers' images."""
+    if lifecycle.strategy != IN_PLACE_ONLY or lifecycle.shape != SINGLE:
+        return None
+    if old is None or old == new or images_only(old, new):
+        return None
+    others = [c.path for c in template_diff(old, new) if not _is_image(c.path)]
+    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    return PlanWarning(IN_PLACE_ONLY_WILL_STALL, (
+        f"InPlaceOnly will refuse this change: it is more than container images ({shown}). "
+        "Every Instance stays on its old revision, the rollout stalls and OME records "
+        "InPlaceUpdateNotPossible; change the strategy type (for example to "
+        "InPlaceIfPossible) or undo the change."))
+
+
+def _is_image(path: str) -> bool:
+    head, _, leaf = path.rpartition(".")
+    return leaf == "image" and ".spec.containers[" in f".{head}" and head.endswith("]")
+
+
+def budgets_cannot_move(lifecycle: ComponentLifecycle) -> PlanWarning | None:
+    """The budgets the strategy reads are all zero: no Instance could ever move."""
+    strategy = lifecycle.strategy
+    unavailable = _budget(lifecycle, MAX_UNAVAILABLE)
+    if strategy == SURGE_THEN_DRAIN:
+        surge = _budget(lifecycle, MAX_SURGE)
+        if surge == 0 and unavailable == 0:
+            return PlanWarning(BUDGETS_CANNOT_MOVE, (
+                f"maxSurge {_described(lifecycle, MAX_SURGE)} and maxUnavailable "
+                f"{_described(lifecycle, MAX_UNAVAILABLE)} under SurgeThenDrain: no Instance "
+                "can ever move, so no change will roll out; allow at least one of them."))
+        return None
+    if unavailable == 0:
+        return PlanWarning(BUDGETS_CANNOT_MOVE, (
+            f"maxUnavailable {_described(lifecycle, MAX_UNAVAILABLE)} under {strategy}, which "
+            "reads only maxUnavailable: no serving Instance can ever move, so no change will "
+            "roll out."))
+    return None
+
+
+def recreate_takes_component_offline(lifecycle: ComponentLifecycle) -> PlanWarning | None:
+    """RecreatePod with no budget (or one covering every Instance) recreates them all at once."""
+    if lifecycle.strategy != RECREATE_POD:
+        return None
+    unavailable = _budget(lifecycle, MAX_UNAVAILABLE)
+    want = lifecycle.replicas
+    if unavailable is None:
+        return PlanWarning(RECREATE_TAKES_COMPONENT_OFFLINE, (
+            "RecreatePod with no maxUnavailable: an update deletes the pods of every Instance "
+            "at once and takes the whole component offline until the new pods are Ready; set "
+            "lifecycle.updateStrategy.rollingUpdate.maxUnavailable (for example 1)."))
+    if want and unavailable >= want:
+        return PlanWarning(RECREATE_TAKES_COMPONENT_OFFLINE, (
+            f"RecreatePod with maxUnavailable {_described(lifecycle, MAX_UNAVAILABLE)} lets all "
+            f"{want} Instance{'s' if want != 1 else ''} be recreated at once: an update takes "
+            "the whole component offline until the new pods are Ready."))
+    return None
+
+
+def probe_catch_seconds(probe: dict) -> int:
+    """How long a readiness probe takes to catch a failure: failureThreshold x
+    max(periodSeconds, timeoutSeconds), with Kubernetes' defaults (3, 10, 1).
+
+    >>> probe_catch_seconds({"periodSeconds": 60, "timeoutSeconds": 200, "failureThreshold": 3})
+    600
+    >>> probe_catch_seconds({})
+    30
+    """
+    value = {**PROBE_DEFAULTS, **{k: v for k, v in probe.items() if k in PROBE_DEFAULTS}}
+    return value["failureThreshold"] * max(value["periodSeconds"], value["timeoutSeconds"])
+
+
+def main_container(templates: dict[str, dict]) -> dict | None:
+    """The serving container: ``ome-container`` (else the first) of the leader or single pod."""
+    template = templates.get(LEADER) or templates.get(DEFAULT)
+    containers = ((template or {}).get("spec") or {}).get("containers") or []
+    named = [c for c in containers if c.get("name") == MAIN_CONTAINER]
+    return (named or containers or [None])[0]
+
+
+def min_ready_shorter_than_probe(lifecycle: ComponentLifecycle,
+                                 templates: dict[str, dict]) -> PlanWarning | None:
+    """A warm-up window shorter than the readiness probe takes to catch a failure."""
+    window = lifecycle.min_ready_seconds
+    container = main_container(templates)
+    probe = (container or {}).get("readinessProbe")
+    if not window or not isinstance(probe, dict):
+        return None
+    catch = probe_catch_seconds(probe)
+    if window >= catch:
+        return None
+    value = {**PROBE_DEFAULTS, **probe}
+    source = lifecycle.fields["minReadySeconds"].source
+    return PlanWarning(MIN_READY_SHORTER_THAN_PROBE, (
+        f"minReadySeconds {window} (from {source}) is shorter than the readiness probe of "
+        f"container {container.get('name')} takes to catch a failure: "
+        f"{value['failureThreshold']} failures × max(periodSeconds {value['periodSeconds']}, "
+        f"timeoutSeconds {value['timeoutSeconds']}) = {catch} s. A pod can become Available "
+        f"before a failing probe marks it not Ready; use at least {catch}."))
+
+
+def no_instance_ready_timeout(lifecycle: ComponentLifecycle) -> PlanWarning | None:
+    if timeout_seconds(lifecycle) is not None:
+        return None
+    return PlanWarning(NO_INSTANCE_READY_TIMEOUT, (
+        "instanceReadyTimeout is unset in the service, the runtime and the operator settings: "
+        "operations get no deadline, so a stuck Instance waits for you "
+        "(InstanceReadyTimeoutUnconfigured is True)."))
+
+
+def component_warnings(lifecycle: ComponentLifecycle, old: dict | None,
+                       new: dict) -> list[PlanWarning]:
+    """Every warning for one component, in a fixed order."""
+    found = [
+        in_place_only_will_stall(lifecycle, old, new),
+        budgets_cannot_move(lifecycle),
+        recreate_takes_component_offline(lifecycle),
+        min_ready_shorter_than_probe(lifecycle, new),
+        no_instance_ready_timeout(lifecycle),
+    ]
+    return [warning for warning in found if warning is not None]
+
+
+def _budget(lifecycle: ComponentLifecycle, name: str) -> int | None:
+    try:
+        return scaled_value(lifecycle.value(name), lifecycle.replicas)
+    except BudgetError:
+        return None
+
+
+def _described(lifecycle: ComponentLifecycle, name: str) -> str:
+    resolved = lifecycle.fields.get(name)
+    if resolved is None or resolved.value is None:
+        return "unset"
+    return f"{resolved.value} (from {resolved.source})"
+
+
+# -- one component -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedComponent:
+    """A resolved component with what was observed and planned for it (None: not managed)."""
+
+    item: ServiceComponent
+    desired: DesiredComponent | None = None
+    observed: ObservedComponent | None = None
+    plan: Plan | None = None
+
+    @property
+    def namespace(self) -> str:
+        return self.item.service.data["metadata"].get("namespace") or "default"
+
+    @property
+    def service(self) -> str:
+        return f"{self.namespace}/{self.item.service.data['metadata']['name']}"
+
+
+def revision_change(desired: DesiredComponent, observed: ObservedComponent) -> dict[str, Any]:
+    """``{old, new, changed}``: the InferenceReplica's revision before and after, and the
+    template fields that differ (None when the old revision's templates are not stored)."""
+    old = ((observed.replica or {}).get("spec") or {}).get("revision")
+    new = desired.revision
+    if old is None or old == new:
+        return {"old": old, "new": new, "changed": []}
+    before = stored_templates(observed.revisions, old)
+    changed = None if before is None else [str(c) for c in template_diff(before,
+                                                                        desired.templates)]
+    return {"old": old, "new": new, "changed": changed}
+
+
+def next_step(planned: PlannedComponent) -> list[str]:
+    """The writes this pass would make, in the order ``reconcile`` applies them."""
+    plan, observed = planned.plan, planned.observed
+    if plan is None or observed is None:
+        return []
+    steps = []
+    if plan.replica_changed:
+        verb = "create" if observed.replica is None else "update"
+        steps.append(f"{verb} InferenceReplica {plan.replica['metadata']['name']}")
+    steps.extend(action.describe() for action in plan.actions)
+    steps.extend(event.describe() for event in plan.events)
+    return steps
+
+
+def instance_lines(plan: Plan) -> list[dict[str, Any]]:
+    """Each Instance as this pass leaves it: phase, revision and operation step."""
+    rows = decode_rows((plan.replica.get("status") or {}).get("instances"))
+    out = []
+    for row in sorted(rows, key=lambda r: r.get("index", 0)):
+        operation = row.get("operation")
+        out.append({"index": row.get("index"), "phase": row.get("phase"),
+                    "revision": row.get("revision"),
+                    "operation": operation_label(operation) if operation else None})
+    return out
+
+
+def operation_label(operation: dict) -> str:
+    """``Update/Surge SurgeCreate``."""
+    kind = operation.get("type") or "?"
+    if operation.get("mode"):
+        kind += f"/{operation['mode']}"
+    return f"{kind} {operation.get('step') or ''}".strip()
+
+
+def component_view(planned: PlannedComponent) -> dict[str, Any]:
+    """The JSON shape of one component of the plan."""
+    item = planned.item
+    lifecycle = item.lifecycle
+    view: dict[str, Any] = {
+        "service": planned.service,
+        "component": lifecycle.component,
+        "managed": lifecycle.managed,
+        "deploymentMode": lifecycle.mode.to_dict(),
+        "inferenceReplica": replica_name(item.service.data["metadata"]["name"],
+                                         lifecycle.component),
+        "lifecycle": {name: r.to_dict() for name, r in lifecycle.fields.items()},
+        "revision": None,
+        "nextStep": [],
+        "instances": [],
+        "hold": None,
+        "conditions": [],
+        "warnings": [],
+        "changes": False,
+    }
+    desired, observed, plan = planned.desired, planned.observed, planned.plan
+    if desired is None or observed is None or plan is None:
+        return view
+    status = plan.replica.get("status") or {}
+    revision = revision_change(desired, observed)
+    old_templates = None
+    if revision["old"] is not None:
+        old_templates = stored_templates(observed.revisions, revision["old"])
+    view.update(
+        revision=revision,
+        nextStep=next_step(planned),
+        instances=instance_lines(plan),
+        hold=status.get("rolloutHold"),
+        conditions=[{key: c.get(key) for key in ("type", "status", "reason", "message")}
+                    for c in status.get("conditions") or [] if c.get("type") in SHOWN_CONDITIONS],
+        warnings=[w.to_dict() for w in component_warnings(lifecycle, old_templates,
+                                                          desired.templates)],
+        changes=not plan.is_noop,
+    )
+    return view
+
+
+# -- the whole plan ----------------------------------------------------------------
+
+
+def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict[str, Any],
+                  forecast: dict[str, Any] | None, forecast_skipped: str | None) -> dict:
+    """The plan as one JSON document; pure."""
+    components = [component_view(p) for p in planned]
+    managed = [c for c in components if c["managed"]]
+    changing = [c for c in managed if c["changes"]]
+    warnings = sum(len(c["warnings"]) for c in components)
+    errors = [e.to_dict() for e in loaded.result.errors]
+    summary = {
+        "components": len(components),
+        "managed": len(managed),
+        "changing": len(changing),
+        "unchanged": len(managed) - len(changing),
+        "warnings": warnings,
+        "validationErrors": len(errors),
+    }
+    return {
+        "repository": loaded.root.as_posix(),
+        "cluster": cluster,
+        "summary": {**summary, "text": summary_line(summary)},
+        "validation": {"errors": errors,
+                       "warnings": [w.to_dict() for w in loaded.result.warnings]},
+        "components": components,
+        "forecast": forecast,
+        "forecastSkipped": forecast_skipped,
+        "changes": bool(changing),
+    }
+
+
+def summary_line(summary: dict[str, int]) -> str:
+    """``3 of 7 components change, 1 unchanged...; 2 warnings; 0 validation errors``."""
+    def count(n: int, noun: str) -> str:
+        return f"{n} {noun}{'' if n == 1 else 's'}"
+
+    text = (f"{summary['changing']} of {count(summary['managed'], 'managed component')} "
+            f"to change")
+    skipped = summary["components"] - summary["managed"]
+    if skipped:
+        text += f" ({skipped} not managed)"
+    return (f"{text}; {count(summary['warnings'], 'warning')}; "
+            f"{count(summary['validationErrors'], 'validation error')}")
+
+
+def render_markdown(document: dict) -> str:
+    from omegitops.report import environment
+
+    env = environment()
+    env.filters["code"] = _code
+    env.filters["value"] = show_value
+    return env.get_template(TEMPLATE).render(plan=document)
+
+
+def _code(value: Any) -> str:
+    """Inline code that survives backticks in the value and sits in a table cell."""
+    text = str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    fence = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
