@@ -1,0 +1,188 @@
+"""Pushing the report commit: never forced; rebased and retried when the remote moved.
+
+A push the remote rejects because it moved (someone pushed meanwhile) is
+followed by a fetch and a rebase of the local commits onto the new remote
+head, then another push, a bounded number of times. The report folder is
+omegitops' alone, so a conflict there is resolved by re-rendering: the folder
+is reset to the remote's version and our report files are written over it.
+A conflict anywhere else stops the run. Nothing is ever force-pushed, and
+what others pushed is always kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from omegitops.gitops.commit import ReportCommit, committed_file, record
+from omegitops.gitops.credentials import redact
+from omegitops.gitops.gitcmd import Git, GitError, one_line
+from omegitops.gitops.repo import Checkout
+
+log = logging.getLogger("omegitops")
+
+RETRIES = 3
+BACKOFF_SECONDS = 0.5  # times the attempt number: 0.5 s, 1 s, 1.5 s
+# A rebase stops at most once per replayed commit; a clone replays one.
+MAX_REBASE_STOPS = 20
+NOTHING_LOST = ("nothing is lost: the reconcile was applied, and the next run "
+                "commits the report again")
+
+
+class PushError(GitError):
+    """The report commit could not be pushed (the reconcile itself was applied)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    remote: str  # the remote's name, e.g. origin
+    branch: str
+    shown: str   # the remote's URL, redacted
+
+    def __str__(self) -> str:
+        return f"{self.shown} (branch {self.branch})"
+
+
+def push_report(checkout: Checkout, commit: ReportCommit, retries: int | None = None,
+                backoff: float | None = None,
+                sleep: Callable[[float], None] = time.sleep) -> None:
+    """Push HEAD to the tracking branch; on "the remote moved", catch up and try again."""
+    retries = RETRIES if retries is None else retries
+    backoff = BACKOFF_SECONDS if backoff is None else backoff
+    git = checkout.git
+    assert git is not None, "push needs a git checkout"
+    target = _target(checkout)
+    reason = ""
+    for attempt in range(retries + 1):
+        if attempt:
+            log.info("the remote moved; putting the report on top of it (retry %d of %d)",
+                     attempt, retries)
+            sleep(backoff * attempt)
+            _catch_up(git, target, commit)
+        pushed, moved, reason = _push_once(git, target)
+        if pushed:
+            log.info("pushed the status report to %s", target)
+            return
+        if not moved:
+            break
+    raise PushError(git.scrub(f"could not push the status report to {target}: {reason}; "
+                              f"{NOTHING_LOST}"))
+
+
+def _target(checkout: Checkout) -> Target:
+    """Where HEAD goes: the branch cloned, or the tracking branch of a local checkout."""
+    git = checkout.git
+    if checkout.cloned:
+        return Target("origin", checkout.branch or "HEAD", checkout.shown)
+    try:
+        tracking = git.repo.active_branch.tracking_branch()
+    except TypeError as err:  # detached HEAD
+        raise PushError(f"{checkout.shown} has a detached HEAD: nothing to push to; "
+                        f"{NOTHING_LOST}") from err
+    if tracking is None:
+        raise PushError(f"branch {git.repo.active_branch.name} of {checkout.shown} has no "
+                        f"upstream to push to; {NOTHING_LOST}")
+    url = git("remote", "get-url", tracking.remote_name).strip()
+    return Target(tracking.remote_name, tracking.remote_head, redact(url))
+
+
+def _push_once(git: Git, target: Target) -> tuple[bool, bool, str]:
+    """(pushed, rejected because the remote moved, git's reason)."""
+    # An explicit refspec without "+": git refuses anything but a fast-forward.
+    status, out, err = git.attempt("push", "--porcelain", target.remote,
+                                   f"HEAD:refs/heads/{target.branch}", network=True)
+    if status == 0:
+        return True, False, ""
+    refs = [line for line in out.splitlines() if line.startswith("!")]
+    # "[rejected] (fetch first)" or "(non-fast-forward)": others pushed meanwhile.
+    # "[remote rejected]" is a hook or a protection rule: retrying cannot help.
+    moved = any("[rejected]" in line for line in refs)
+    detail = refs[0].split("\t")[-1] if refs else one_line(err)
+    return False, moved, git.scrub(detail or f"git push exited {status}")
+
+
+def _catch_up(git: Git, target: Target, commit: ReportCommit) -> None:
+    """Fetch the remote branch and put the local commits, report last, on top of it."""
+    git("fetch", "--quiet", "--no-tags", target.remote, f"refs/heads/{target.branch}",
+        network=True)
+    upstream = git("rev-parse", "FETCH_HEAD").strip()
+    _rebase(git, upstream, commit)
+    _ensure_report(git, upstream, commit)
+
+
+def _rebase(git: Git, upstream: str, commit: ReportCommit) -> None:
+    status, _, err = git.attempt(*commit.author.config(), "rebase", "--quiet", upstream)
+    if status != 0 and not _rebasing(git):
+        # It did not even start (e.g. local changes in a checkout used in place).
+        raise PushError(git.scrub(f"cannot rebase onto the remote: {one_line(err)}; "
+                                  f"{NOTHING_LOST}"))
+    for _ in range(MAX_REBASE_STOPS):
+        if not _rebasing(git):
+            return
+        _resolve(git, commit)
+    git.attempt("rebase", "--abort")
+    raise PushError(f"the rebase onto the remote does not end; {NOTHING_LOST}")
+
+
+def _rebasing(git: Git) -> bool:
+    git_dir = Path(git.repo.git_dir)
+    return (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists()
+
+
+def _resolve(git: Git, commit: ReportCommit) -> None:
+    """Settle a stopped rebase: conflicts in the report folder by re-rendering, else abort."""
+    conflicted = git("diff", "--name-only", "--diff-filter=U").split()
+    outside = [path for path in conflicted if not _inside(path, commit.folder)]
+    if outside:
+        git.attempt("rebase", "--abort")
+        raise PushError(f"the remote changed {', '.join(outside[:3])} in a way that conflicts "
+                        f"with local commits; {NOTHING_LOST}")
+    rerender(git, commit)
+    if git.ok("diff", "--cached", "--quiet"):
+        # Re-rendered, this commit changes nothing: the remote has our report already.
+        args = ["rebase", "--skip"]
+    else:
+        args = ["rebase", "--continue"]
+    status, _, err = git.attempt(*commit.author.config(), *args)
+    if status != 0 and not _rebasing(git):
+        raise PushError(git.scrub(f"cannot rebase onto the remote: {one_line(err)}; "
+                                  f"{NOTHING_LOST}"))
+
+
+def _inside(path: str, folder: PurePosixPath) -> bool:
+    return PurePosixPath(path).is_relative_to(folder)
+
+
+def rerender(git: Git, commit: ReportCommit) -> None:
+    """Make the report folder HEAD's version with our report files over it, staged."""
+    folder = str(commit.folder)
+    git("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", folder)
+    shutil.rmtree(git.worktree / commit.folder, ignore_errors=True)
+    if git.ok("cat-file", "-e", f"HEAD:{folder}"):
+        git("checkout", "HEAD", "--", folder)
+    target = git.worktree / commit.folder
+    target.mkdir(parents=True, exist_ok=True)
+    for name, data in commit.files.items():
+        (target / name).write_bytes(data)
+    git("add", "--all", "--", folder)
+
+
+def _ensure_report(git: Git, upstream: str, commit: ReportCommit) -> None:
+    """After a clean rebase, make sure the folder holds exactly our report files.
+
+    A clean three-way merge can still mix hunks of two reports into one file;
+    that mixture is replaced by our report, in our commit.
+    """
+    if all(committed_file(git, "HEAD", commit.folder / name) == data
+           for name, data in commit.files.items()):
+        return
+    rerender(git, commit)
+    head = git("rev-parse", "HEAD").strip()
+    message = git("log", "-1", "--format=%B", "HEAD")
+    ours = head != upstream and message.strip() == commit.message.strip()
+    # Amend our own commit; if the rebase dropped it (as already applied), commit anew.
+    record(git, commit.folder, commit.message, commit.author, amend=ours)
