@@ -12,7 +12,7 @@ import yaml
 
 
 def add_repo_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", default=".", help="repository folder (default: .)")
+    parser.add_argument("--repo", default=".", help="repository folder (default: .); reconcile also takes a git URL")
     parser.add_argument(
         "--operator-values",
         default=None,
