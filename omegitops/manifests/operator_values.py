@@ -42,7 +42,8 @@ def read_operator_values(
             field_path = tuple(err.absolute_path)
             line = doc.line_of(field_path)
             name = format_path(field_path) or "(top level)"
-            raise OperatorConfigError(f"{shown}:{line}: {name}: {err.message}")
+            message = err.message if len(err.message) <= 200 else err.message[:197] + "..."
+            raise OperatorConfigError(f"{shown}:{line}: {name}: {message}")
     try:
         return parse_operator_values(data), shown
     except OperatorConfigError as err:

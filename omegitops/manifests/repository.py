@@ -7,12 +7,19 @@ file never stops the others.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegitops.ids import ResourceId
-from omegitops.manifests.yamlfile import Document, YamlError, load_documents, load_text
+from omegitops.manifests.yamlfile import (
+    Document,
+    YamlError,
+    load_documents,
+    load_text,
+    non_string_key,
+)
 
 API_VERSION = "ome.io/v1beta1"
 INFERENCE_SERVICE = "InferenceService"
@@ -20,6 +27,14 @@ SERVING_RUNTIME = "ServingRuntime"
 CLUSTER_SERVING_RUNTIME = "ClusterServingRuntime"
 MANAGED_KINDS = (INFERENCE_SERVICE, SERVING_RUNTIME, CLUSTER_SERVING_RUNTIME)
 NAMESPACED_KINDS = (INFERENCE_SERVICE, SERVING_RUNTIME)
+# OME's other kinds (and omegitops' own InferenceReplica): skipped and listed.
+# Any other kind under ome.io is a typo of one we manage, or of one of these.
+OTHER_OME_KINDS = (
+    "AcceleratorClass", "BaseModel", "BenchmarkJob", "ClusterBaseModel", "FineTunedWeight",
+    "InferenceReplica",
+)
+# Longest object name, field path and message shown in one error line.
+MAX_SHOWN = {"obj": 120, "field": 160, "message": 300}
 
 DEFAULT_VALUES_FILE = "ome-values.yaml"
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -40,21 +55,24 @@ class ManifestError:
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line else self.path
         parts = [where]
-        if self.obj:
-            parts.append(str(self.obj))
-        if self.field:
-            parts.append(self.field)
-        parts.append(self.message)
+        shown = self.to_dict()
+        parts.extend(shown[key] for key in ("object", "field") if shown[key])
+        parts.append(shown["message"])
         return ": ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
+        """The error as data, each part clipped: a hostile name is not echoed whole."""
         return {
             "path": self.path,
             "line": self.line,
-            "object": str(self.obj) if self.obj else None,
-            "field": self.field,
-            "message": self.message,
+            "object": _clip(str(self.obj), MAX_SHOWN["obj"]) if self.obj else None,
+            "field": _clip(self.field, MAX_SHOWN["field"]) if self.field else None,
+            "message": _clip(self.message, MAX_SHOWN["message"]),
         }
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass
@@ -149,6 +167,11 @@ def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE) -> Repos
 
 def _read_file(repo: Repository, path: Path) -> None:
     rel = path.relative_to(repo.root).as_posix()
+    if path.is_symlink() and not path.resolve().is_relative_to(repo.root.resolve()):
+        # A link out of the repository would read (and echo) files nobody reviewed.
+        repo.errors.append(ManifestError(rel, None, "symbolic link to a file outside the "
+                                                    "repository; not read"))
+        return
     try:
         text = load_text(path.read_bytes())
         documents = list(load_documents(text))
@@ -175,26 +198,47 @@ def _classify(repo: Repository, rel: str, doc: Document) -> None:
         # Values files, kustomize configs and the like live beside manifests.
         repo.skipped.append(Skipped(rel, doc.line, "", "", "(not a Kubernetes object)"))
         return
-    if not isinstance(api_version, str) or not isinstance(kind, str):
-        repo.errors.append(
-            ManifestError(rel, doc.line, "document has no apiVersion and kind (strings)")
-        )
-        return
+    for key, value in (("apiVersion", api_version), ("kind", kind)):
+        if not isinstance(value, str) or not value:
+            problem = "missing" if value is None else f"{_a(type(value).__name__)}"
+            repo.errors.append(ManifestError(
+                rel, doc.line_of((key,)),
+                f"document has no apiVersion and kind (strings): {key} is {problem}"))
+            return
     metadata = data.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
-    if kind not in MANAGED_KINDS or api_version.split("/")[0] != "ome.io":
+    group = api_version.split("/")[0]
+    if group == "ome.io" and kind not in MANAGED_KINDS + OTHER_OME_KINDS:
+        close = difflib.get_close_matches(kind, MANAGED_KINDS + OTHER_OME_KINDS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        repo.errors.append(ManifestError(
+            rel, doc.line_of(("kind",)), f"unknown ome.io kind {kind!r}{hint}", field="kind"))
+        return
+    if kind not in MANAGED_KINDS or group != "ome.io":
         repo.skipped.append(Skipped(rel, doc.line, api_version, kind, str(name or "")))
         return
     if api_version != API_VERSION:
         repo.errors.append(
-            ManifestError(rel, doc.line, f"{kind} apiVersion {api_version!r} is not supported, "
+            ManifestError(rel, doc.line_of(("apiVersion",)),
+                          f"{kind} apiVersion {api_version!r} is not supported, "
                           f"expected {API_VERSION!r}", field="apiVersion")
         )
         return
     if not isinstance(name, str) or not name:
-        repo.errors.append(
-            ManifestError(rel, doc.line, f"{kind} has no metadata.name", field="metadata.name")
-        )
+        problem = "no metadata.name" if name is None or name == "" else (
+            f"{_a(type(name).__name__)} as metadata.name (a string is needed)")
+        repo.errors.append(ManifestError(
+            rel, doc.line_of(("metadata", "name")), f"{kind} has {problem}",
+            field="metadata.name"))
+        return
+    key = non_string_key(doc.node)
+    if key is not None:
+        # Kubernetes objects are JSON: every key is a string. YAML reads 1, true
+        # or null as something else, which no schema or later lookup expects.
+        repo.errors.append(ManifestError(
+            rel, key.start_mark.line + 1,
+            _clip(f"{kind} {name}: key {key.value!r} is read as {_a(_yaml_type(key))}, not a "
+                  f"string; quote it", MAX_SHOWN["message"])))
         return
     namespace = ""
     if kind in NAMESPACED_KINDS:
@@ -202,3 +246,12 @@ def _classify(repo: Repository, rel: str, doc: Document) -> None:
         if not isinstance(namespace, str):
             namespace = str(namespace)
     repo.manifests.append(Manifest(ResourceId(kind, namespace, name), rel, doc))
+
+
+def _yaml_type(node: Any) -> str:
+    """``tag:yaml.org,2002:int`` -> ``int``."""
+    return str(node.tag).rsplit(":", 1)[-1]
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1] in "aeiou" else f"a {noun}"

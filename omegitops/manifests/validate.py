@@ -35,6 +35,9 @@ from omegitops.manifests.repository import (
 from omegitops.manifests.schemas import validator
 
 MAX_ERRORS_PER_OBJECT = 20
+# Kubernetes' limit on a label value and on a Service name (a DNS-1123 label).
+MAX_LABEL = 63
+REVISION_HASH_LENGTH = 8  # the hex digits of lifecycle.templates.revision_hash
 BUDGET_FIELDS = ("maxSurge", "maxUnavailable")
 
 
@@ -102,6 +105,10 @@ def _schema_error(manifest: Manifest, err: ValidationError) -> ManifestError:
             hint = f"; expected one of: {', '.join(allowed)}" if 0 < len(allowed) <= 12 else ""
             return manifest.error(field_path, f"unknown field{hint}")
     message = err.message
+    shown = repr(err.instance)
+    if len(shown) > 80 and shown in message:
+        # jsonschema quotes the value whole; a hostile one would drown the message.
+        message = message.replace(shown, shown[:60] + "...", 1)
     if err.context:
         hints = list(dict.fromkeys(sub.message for sub in err.context))[:3]
         message = f"{message} ({'; '.join(hints)})"
@@ -160,8 +167,26 @@ def service_errors(
                 "(set spec.runtime.name)",
             ))
             return errors
+        errors.extend(_name_length_errors(service, component))
         errors.extend(_stuck_budget_errors(service, runtime_data, component, operator))
     return errors
+
+
+def _name_length_errors(service: Manifest, component: str) -> list[ManifestError]:
+    """A name that fits an InferenceService but not the objects made from it:
+    the ``ome.io/revision`` label ``{name}-{component}-{8 hex}`` and the headless
+    Service ``{name}-{component}-pods`` must be at most 63 characters."""
+    name = service.id.name
+    longest = max(len(f"{name}-{component}-{'0' * REVISION_HASH_LENGTH}"),
+                  len(f"{name}-{component}-pods"))
+    if longest <= MAX_LABEL:
+        return []
+    room = MAX_LABEL - (longest - len(name))
+    return [service.error(("metadata", "name"), (
+        f"{len(name)} characters is too long for OMENative component {component}: its "
+        f"revision label (NAME-{component}-<8 hex>) would be {longest} characters, over "
+        f"Kubernetes' {MAX_LABEL}; use at most {room}"
+    ))]
 
 
 def _stuck_budget_errors(

@@ -23,6 +23,21 @@ except ImportError:  # pragma: no cover - libyaml is missing on some platforms
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_ALIASES = 100
 MAX_DEPTH = 64
+# Nodes a document may hold once its aliases are expanded: few aliases can
+# still multiply (nine lists of nine references to the one before: 9**9).
+MAX_EXPANDED_NODES = 200_000
+# Byte order marks of encodings YAML allows but Kubernetes tooling does not
+# (UTF-32 first: its little-endian mark starts with UTF-16's).
+_WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
+STR_TAG = "tag:yaml.org,2002:str"
 
 
 class YamlError(Exception):
@@ -60,10 +75,34 @@ class Document:
         return line
 
 
+def non_string_key(root: yaml.Node) -> yaml.ScalarNode | None:
+    """The first mapping key under ``root`` that YAML reads as something other
+    than a string (``1``, ``true``, ``null``, a date), or None. Merge keys count
+    as strings: ``<<`` is YAML's own."""
+    found: list[yaml.ScalarNode] = []
+    stack = [root]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag not in (STR_TAG, MERGE_TAG):
+                    found.append(key)
+                stack.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return min(found, key=lambda k: (k.start_mark.line, k.start_mark.column), default=None)
+
+
 def _child(node: yaml.Node, part: str | int) -> tuple[yaml.Node | None, yaml.Node] | None:
     """(key node, value node) of ``part`` under ``node``; the key is None in a list."""
     if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
+        # The last of equal keys wins (a key given beside a ``<<`` merge overrides
+        # the merged one), so search from the end.
+        for key, value in reversed(node.value):
             if isinstance(key, yaml.ScalarNode) and key.value == str(part):
                 return key, value
     elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and (
@@ -84,16 +123,16 @@ def load_documents(text: str) -> Iterator[Document]:
                     return
                 node = loader.get_node()
             except yaml.MarkedYAMLError as err:
-                raise _marked(err) from None
+                raise _marked(err, text) from None
             except yaml.YAMLError as err:
-                raise YamlError(str(err)) from None
+                raise YamlError(_clip(str(err))) from None
             if node is None:
                 continue
             _check_tree(node)
             try:
                 data = loader.construct_document(node)
             except yaml.MarkedYAMLError as err:
-                raise _marked(err) from None
+                raise _marked(err, text) from None
             if data is not None:
                 yield Document(index=index, data=data, node=node)
             index += 1
@@ -105,20 +144,44 @@ def load_text(raw: bytes, max_bytes: int = MAX_FILE_BYTES) -> str:
     """Decode a file's bytes, refusing what no manifest can be."""
     if len(raw) > max_bytes:
         raise YamlError(f"file is {len(raw)} bytes, larger than the limit of {max_bytes}")
+    for bom, encoding in _WIDE_BOMS:
+        if raw.startswith(bom):
+            raise YamlError(f"{encoding} text; manifests must be saved as UTF-8")
     if b"\x00" in raw:
         raise YamlError("binary file (contains NUL bytes), not YAML")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise YamlError(f"not UTF-8 text: {err.reason} at byte {err.start}") from None
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise YamlError(f"not UTF-8 text: {err.reason} at byte {err.start}", line) from None
 
 
-def _marked(err: yaml.MarkedYAMLError) -> YamlError:
+def _marked(err: yaml.MarkedYAMLError, text: str | None = None) -> YamlError:
     mark = err.problem_mark or err.context_mark
     problem = err.problem or str(err)
     if err.context and err.context not in problem:
         problem = f"{err.context}: {problem}"
-    return YamlError(problem.strip(), mark.line + 1 if mark else None)
+    if text is not None and mark is not None and _tab_at(text, mark):
+        problem = f"{problem.strip()} (a tab character: YAML indents with spaces only)"
+    start = err.context_mark
+    if mark is not None and start is not None and start.line < mark.line:
+        # An unclosed bracket or quote is found where the file ends: say where it opened.
+        problem = f"{problem.strip()} (started at line {start.line + 1})"
+    return YamlError(_clip(problem.strip()), mark.line + 1 if mark else None)
+
+
+def _tab_at(text: str, mark: yaml.Mark) -> bool:
+    """Whether the character at ``mark`` is a tab (libyaml's marks carry no buffer)."""
+    lines = text.splitlines()
+    if not 0 <= mark.line < len(lines):
+        return False
+    line = lines[mark.line]
+    return 0 <= mark.column < len(line) and line[mark.column] == "\t"
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """Keep messages to a line: a hostile key or value is not echoed whole."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_tree(root: yaml.Node) -> None:
@@ -145,10 +208,17 @@ def _check_tree(root: yaml.Node) -> None:
         if isinstance(node, yaml.MappingNode):
             keys: dict[str, int] = {}
             for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if not isinstance(key, yaml.ScalarNode):
+                    found = "mapping" if isinstance(key, yaml.MappingNode) else "sequence"
+                    raise YamlError(
+                        f"a mapping key must be a string, found a {found}",
+                        key.start_mark.line + 1,
+                    )
+                if key.tag != MERGE_TAG:
                     if key.value in keys:
                         raise YamlError(
-                            f"duplicate key {key.value!r} (first at line {keys[key.value]})",
+                            _clip(f"duplicate key {key.value!r} (first at line "
+                                  f"{keys[key.value]})"),
                             key.start_mark.line + 1,
                         )
                     keys[key.value] = key.start_mark.line + 1
@@ -156,3 +226,40 @@ def _check_tree(root: yaml.Node) -> None:
                 stack.append((value, depth + 1))
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((item, depth + 1) for item in node.value)
+    _expanded_size(root)
+
+
+def _expanded_size(root: yaml.Node) -> None:
+    """Refuse a document too big or too deep once every alias is expanded.
+
+    The walk above sees each node once, so an alias to a deep node from deep
+    inside another reads as shallow there, and nine lists of nine references
+    to the one before read as 81 nodes. Here each node's expanded size and
+    height are computed bottom-up (iteratively: the expanded height is what is
+    being bounded). The first node found too big is the innermost such, so
+    its line is where the multiplication happens.
+    """
+    sizes: dict[int, tuple[int, int]] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        size = 1 + sum(sizes[id(child)][0] for child in children)
+        height = 1 + max((sizes[id(child)][1] for child in children), default=0)
+        line = node.start_mark.line + 1
+        if size > MAX_EXPANDED_NODES:
+            raise YamlError(f"aliases expand to more than {MAX_EXPANDED_NODES} nodes", line)
+        if height > MAX_DEPTH + 1:
+            raise YamlError(f"aliases nest deeper than {MAX_DEPTH} levels", line)
+        sizes[id(node)] = (size, height)
