@@ -25,6 +25,7 @@ from omegitops.cluster.base import (
 from omegitops.cluster.errors import AlreadyExists, Conflict, NotFound
 from omegitops.cluster.times import format_time
 from omegitops.errors import ClusterError
+from omegitops.gcpause import without_gc_pauses
 from omegitops.lifecycle.actions import (
     Action,
     ApplyObject,
@@ -99,10 +100,14 @@ class PassResult:
     plans: list[tuple[ServiceComponent, Plan]] = field(default_factory=list)
     applied: int = 0
     errors: list[str] = field(default_factory=list)
+    # False when a LIST failed: nothing was planned or written, and the work is unknown.
+    observed: bool = True
 
     @property
     def busy(self) -> bool:
-        return any(plan.busy for _, plan in self.plans)
+        # A pass that could not observe knows nothing: treat it as busy so that
+        # --until-idle tries again rather than stopping as if all were done.
+        return not self.observed or any(plan.busy for _, plan in self.plans)
 
     @property
     def wake_at(self) -> datetime | None:
@@ -110,6 +115,7 @@ class PassResult:
         return min(wakes) if wakes else None
 
 
+@without_gc_pauses  # see omegitops/gcpause.py: a third of a big pass was full collections
 def plan_all(cluster: Cluster, items: list[ServiceComponent]) -> PassResult:
     """Observe once and plan every managed component; no writes."""
     now = cluster.now()
@@ -127,9 +133,18 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent]) -> PassResult:
     return result
 
 
+@without_gc_pauses
 def run_pass(cluster: Cluster, items: list[ServiceComponent]) -> PassResult:
     """Observe, plan and apply one pass."""
-    result = plan_all(cluster, items)
+    try:
+        result = plan_all(cluster, items)
+    except ClusterError as err:
+        # A failed LIST leaves the observation incomplete: acting on part of it could
+        # recreate pods that exist or drop rows whose pods were not listed. The pass is
+        # abandoned before any write and reported as failed; the next one observes again.
+        result = PassResult(now=cluster.now(), observed=False)
+        result.errors.append(f"observing the cluster: {err}")
+        return result
     for item, plan in result.plans:
         try:
             result.applied += apply_plan(cluster, item, plan, result.now)
@@ -167,10 +182,16 @@ def _write_replica(cluster: Cluster, replica: dict) -> None:
             # A create that timed out may have landed: re-read and plan again next pass.
             raise Conflict(str(err)) from err
         replica = {**replica, "metadata": created["metadata"]}
-    else:
-        stored = cluster.replace_object(replica)
-        replica = {**replica, "metadata": stored["metadata"]}
-    cluster.replace_status(replica)
+        cluster.replace_status(replica)
+        return
+    # Status first: it records what this pass does (a reset, a release), while the
+    # object write drops the annotations that asked for it. The other way round, a
+    # failed status write after the object write lost the operator's request for good;
+    # this way a failed object write leaves the annotation, and the next pass finds the
+    # request already done (a reset or a release only acts on what is still Failed or held).
+    stored = cluster.replace_status(replica)
+    cluster.replace_object({**replica, "metadata": {
+        **replica["metadata"], "resourceVersion": stored["metadata"]["resourceVersion"]}})
 
 
 def _write_service_status(cluster: Cluster, replica: dict) -> int:

@@ -48,6 +48,7 @@ from omegitops.commands.events import (
 )
 from omegitops.errors import OmegitopsError
 from omegitops.files import replace_atomically
+from omegitops.gcpause import without_gc_pauses
 from omegitops.lifecycle.replica import replica_name
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
 from omegitops.manifests.schemas import validator
@@ -79,16 +80,23 @@ class ReportError(OmegitopsError):
 # -- building -------------------------------------------------------------------
 
 
+@without_gc_pauses
 def build_report(loaded: Loaded, replicas: list[dict], events: list[dict], now: datetime,
                  repository: str | None = None) -> dict[str, Any]:
     """The report as a dict; pure. ``events`` are raw core/v1 Events."""
     by_name = {(r["metadata"].get("namespace"), r["metadata"]["name"]): r for r in replicas}
     views = sort_events([event_view(e) for e in events])
     components = _components_by_service(loaded)
+    # Events grouped by the service they are about in one pass (order kept), instead of
+    # scanning every event for every service: with 1,000 services and 12,000 events the
+    # scan made 12 million about_service calls and was most of a pass.
+    by_service: dict[tuple[str, str], list[dict]] = {}
+    for view in views:
+        by_service.setdefault((view["namespace"], view["object"]["name"]), []).append(view)
     services = []
     for key in sorted(components):
         namespace, name = key
-        service_events = [v for v in views if about_service(v, namespace, name)]
+        service_events = [v for v in by_service.get(key, ()) if about_service(v, namespace, name)]
         entries = [_component(item, by_name, service_events, now) for item in components[key]]
         services.append(_service(components[key][0], entries, service_events))
     known = {(s["namespace"], replica_name(s["name"], c["component"]))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from omegitops.lifecycle.planner import DesiredComponent
@@ -34,8 +33,11 @@ def build_desired(
         stored = stored_runtime_config(revisions, current)
         if stored is not None:
             config, drifted = stored, stored != live_config
-    source = copy.deepcopy(runtime) if runtime else {"spec": {}}
-    source.setdefault("spec", {})[key] = config
+    # Shallow copies only: render_templates never changes its inputs (it merges into new
+    # dicts and copies leaves), and a deep copy of the whole runtime per component was
+    # over a third of a pass's planning time on a 1,000-service fleet.
+    source = dict(runtime) if runtime else {"spec": {}}
+    source["spec"] = {**source.get("spec", {}), key: config}
     templates = render_templates(isvc, source, lifecycle)
     meta = isvc.get("metadata") or {}
     name = meta["name"]
@@ -46,7 +48,9 @@ def build_desired(
         lifecycle=lifecycle,
         templates=templates,
         revision=revision_name(name, component, templates),
-        runtime_config=copy.deepcopy(config),
+        # Shared with the loaded manifest, read-only: revision_object copies it when a
+        # revision is stored (once per template change, not on every pass).
+        runtime_config=config,
         pinned=pinned,
         drifted=drifted,
     )

@@ -138,6 +138,11 @@ def _step(work: Work, row: dict) -> str | None:
     if row.get("phase") == FAILED:
         if operation["type"] == UPDATE:
             _retry_update(work, row)
+        if row.get("phase") == FAILED:
+            # It took no step: let a new revision reach it. Counted among the Instances
+            # that moved this pass, it was never a rollout candidate and stayed Failed
+            # forever (a reset skips a failed Update by design).
+            work.moved.discard(row["index"])
         return None  # kept, with its operation, for inspection until reset or a new revision
     if operation["type"] == RESTART:
         step_restart(work, row)

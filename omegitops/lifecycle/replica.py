@@ -7,9 +7,10 @@ plain list; every reader goes through ``decode_rows`` and accepts both.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
+
+from omegitops.lifecycle.copying import json_copy
 
 API_VERSION = "ome.io/v1beta1"
 KIND = "InferenceReplica"
@@ -45,7 +46,7 @@ def decode_rows(stored: Any) -> list[dict[str, Any]]:
     """Rows from either encoding (or nothing), as fresh copies the caller may change."""
     if not stored:
         return []
-    stored = copy.deepcopy(stored)
+    stored = json_copy(stored)  # marshal, not copy.deepcopy: see lifecycle/copying.py
     if isinstance(stored, list):
         return stored
     if isinstance(stored, dict) and stored.get("encoding") == COLUMNAR:

@@ -9,6 +9,7 @@ revision in use is never pruned.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,7 +30,10 @@ def revision_object(desired: Any, number: int) -> dict[str, Any]:
                        MANAGED_BY: MANAGER},
         },
         "revision": number,
-        "data": {"templates": desired.templates, "runtimeConfig": desired.runtime_config},
+        # desired.runtime_config is the loaded manifest's own data, shared: the stored
+        # revision gets a copy of its own.
+        "data": {"templates": desired.templates,
+                 "runtimeConfig": copy.deepcopy(desired.runtime_config)},
     }
 
 

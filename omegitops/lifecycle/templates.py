@@ -15,6 +15,7 @@ import hashlib
 import json
 from typing import Any
 
+from omegitops.lifecycle.copying import json_copy
 from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -55,7 +56,9 @@ def merge(base: Any, over: Any) -> Any:
             else:
                 out[key] = merge(out.get(key), value)
         return out
-    return copy.deepcopy(over) if over is not None else copy.deepcopy(base)
+    # json_copy: marshal's round trip, several times faster than copy.deepcopy on these
+    # leaves (falls back to it for anything not JSON-shaped).
+    return json_copy(over) if over is not None else json_copy(base)
 
 
 def _merge_named(base: Any, over: Any) -> Any:
@@ -77,7 +80,9 @@ def _merge_named(base: Any, over: Any) -> Any:
 
 def _pod_part(config: dict) -> tuple[dict, dict, dict]:
     """(pod spec fields, labels, annotations) of a component or runner config."""
-    spec = {k: copy.deepcopy(v) for k, v in config.items() if k not in _NOT_POD_SPEC}
+    # No deep copy here: the only caller hands ``spec`` to ``merge``, which copies every
+    # value it takes from ``over`` (a second copy of each layer cost a tenth of planning).
+    spec = {k: v for k, v in config.items() if k not in _NOT_POD_SPEC}
     return spec, dict(config.get("labels") or {}), dict(config.get("annotations") or {})
 
 

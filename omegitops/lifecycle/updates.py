@@ -207,6 +207,11 @@ def _drain_source(work: Work, row: dict, live: list[dict], listed: list[dict], p
         operation["step"] = WAIT_DRAINED
         return None
     if listed:
+        # A pass cut short after recording WaitDrained (a failed write, a killed job) may
+        # have deleted only some of the pods: delete the rest (terminating ones are skipped),
+        # or the update would wait for them forever.
+        for pod in listed:
+            work.delete(pod)
         # The update, and its surge slot, last until the drained pods are gone.
         work.wake(min(P.deletion_deadline(p) or work.now for p in listed))
         return None
@@ -399,6 +404,10 @@ def recreate(work: Work, row: dict, retarget: bool) -> None:
         return
     if step == WAIT_GONE:
         if pods:
+            # A pass cut short after recording WaitGone may have deleted only some of the
+            # pods (or none): delete the rest, as a Delete does, or this waits forever.
+            for pod in pods:
+                work.delete(pod)
             work.wake(min(P.deletion_deadline(p) or work.now for p in pods))
             return
         if retarget:
@@ -466,13 +475,7 @@ def _in_place(work: Work, row: dict) -> None:
         operation["step"] = PATCH_IMAGES
         return
     if step == PATCH_IMAGES:
-        images = _target_images(work, operation["targetRevision"])
-        for pod in instance.live:
-            current = {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
-            changed = tuple(sorted((n, i) for n, i in images.items() if current.get(n) != i))
-            if changed:
-                meta = pod["metadata"]
-                work.actions.append(PatchImages(meta["namespace"], meta["name"], changed))
+        _patch_images(work, instance.live, _target_images(work, operation["targetRevision"]))
         row["revision"] = operation["targetRevision"]
         operation["step"] = WAIT_READY
         return
@@ -485,6 +488,10 @@ def _in_place(work: Work, row: dict) -> None:
         return
     if step == WAIT_READY:
         images = _target_images(work, operation["targetRevision"])
+        # A pass cut short after recording WaitReady (a failed write, a killed job) may
+        # not have patched every pod: patch what still lacks the images, or this waits
+        # for them until the deadline (forever without one).
+        _patch_images(work, instance.live, images)
         if instance.containers_ready() and all(_runs_images(p, images) for p in instance.live):
             for pod in instance.live:
                 if not P.gate_set(pod):
@@ -493,6 +500,15 @@ def _in_place(work: Work, row: dict) -> None:
         return
     finish_when_available(work, row, "updated in place")
     return
+
+
+def _patch_images(work: Work, pods: list[dict], images: dict[str, str]) -> None:
+    for pod in pods:
+        current = {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
+        changed = tuple(sorted((n, i) for n, i in images.items() if current.get(n) != i))
+        if changed:
+            meta = pod["metadata"]
+            work.actions.append(PatchImages(meta["namespace"], meta["name"], changed))
 
 
 def _runs_images(pod: dict, images: dict[str, str]) -> bool:

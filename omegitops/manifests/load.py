@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from omegitops.gcpause import without_gc_pauses
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import ComponentLifecycle, components_of, dig, resolve_component
 from omegitops.manifests.operator_values import read_operator_values
@@ -26,6 +27,7 @@ class Loaded:
     result: ValidationResult
 
 
+@without_gc_pauses
 def load(root: Path | str, values_file: str | None = None) -> Loaded:
     """Load and validate a repository; OperatorConfigError stops everything first."""
     root = Path(root)
@@ -50,6 +52,7 @@ class ServiceComponent:
         return dig(self.service.data, ("spec", "runtime", "autoSync")) is False
 
 
+@without_gc_pauses
 def resolved_components(loaded: Loaded) -> list[ServiceComponent]:
     """Every component of every valid service, resolved, in a stable order."""
     out = []

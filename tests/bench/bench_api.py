@@ -1,0 +1,157 @@
+"""API requests per pass against the HTTP double of the Kubernetes API, by fleet size.
+
+    python tests/bench/bench_api.py [--sizes 10,100,1000] [--workdir DIR]
+
+For each size, the converged fleet (reconciled until idle on the simulated
+cluster) is copied into ``tests/wire/apiserver.py``'s double: every managed pod
+(status included), InferenceReplica, ControllerRevision and Service. Then the
+``kube`` backend (``KubeCluster`` on the double's URL, no Lease) runs:
+
+1. one pass on the converged fleet: its LISTs, GETs, discovery requests and
+   writes (POST, PUT, PATCH, DELETE) are counted from the double's request log;
+   a second identical pass shows what discovery costs once per run;
+2. one pass after every runtime's image changes (a rollout starts everywhere):
+   its writes are compared with what the plans asked for. Each planned action
+   (create/delete pod, set the serving gate, patch images, apply/delete an
+   object) is one write, an event is one write (after a GET for its
+   aggregate), and an InferenceReplica written is two (the object, then its
+   status subresource).
+
+The whole thing is repeated with the PodGroup CRD installed, which adds its
+LIST. Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import benchlib
+from apiserver import ApiServerDouble
+from crdschema import load_crd_schemas
+from wire_helpers import CRDS
+
+from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA, POD, SERVICE
+from omegitops.cluster.kube import KubeCluster, plain_client
+from omegitops.cluster.sim import SimCluster
+from omegitops.manifests.load import load, resolved_components
+from omegitops.reconcile import MANAGED, run_pass
+
+WRITE_VERBS = ("create", "update", "patch", "delete")
+COPIED_KINDS = (POD, INFERENCE_REPLICA, CONTROLLER_REVISION, SERVICE)
+LIST_TARGET = 3
+
+
+def _seed(api: ApiServerDouble, cluster_path: Path) -> int:
+    """Copy the converged simulated cluster's managed objects into the double."""
+    copied = 0
+    with SimCluster(cluster_path) as cluster:
+        for kind in COPIED_KINDS:
+            for obj in cluster.list_objects(kind, MANAGED):
+                obj["metadata"].pop("resourceVersion", None)
+                api.add(obj)
+                copied += 1
+    return copied
+
+
+def _count(api: ApiServerDouble) -> dict:
+    requests = list(api.requests)
+    by_verb: dict[str, int] = {}
+    for request in requests:
+        by_verb[request.verb] = by_verb.get(request.verb, 0) + 1
+    return {
+        "requests": len(requests),
+        "lists": by_verb.get("list", 0),
+        "gets": by_verb.get("get", 0),
+        "discovery": by_verb.get("discovery", 0),
+        "writes": sum(by_verb.get(verb, 0) for verb in WRITE_VERBS),
+        "list_paths": [r.path for r in requests if r.verb == "list"],
+    }
+
+
+def _expected_writes(result) -> int:
+    return sum(len(plan.actions) + len(plan.events) + (2 if plan.replica_changed else 0)
+               for _, plan in result.plans)
+
+
+def _rollout_repo(root: Path, into: Path) -> Path:
+    """A copy of the fleet's repository with every runtime's image moved to v2."""
+    shutil.copytree(root, into)
+    for path in (into / "runtimes").rglob("*.yaml"):
+        path.write_text(path.read_text().replace("sglang:v1", "sglang:v2"))
+    return into
+
+
+def measure(workdir: Path, services: int, podgroups: bool) -> dict:
+    root, cluster_path, counts = benchlib.converged_fleet(workdir, services)
+    with ApiServerDouble(crd_schemas=load_crd_schemas(CRDS), podgroups=podgroups,
+                         log_size=10_000_000) as api:
+        _seed(api, cluster_path)
+        client = plain_client(api.url)
+        try:
+            kube = KubeCluster(api_client=client, lease=False)
+            items = resolved_components(load(root))
+            api.clear_log()
+            first = run_pass(kube, items)
+            converged = _count(api)
+            api.clear_log()
+            run_pass(kube, items)
+            again = _count(api)
+            with tempfile.TemporaryDirectory() as scratch:
+                changed = resolved_components(load(_rollout_repo(root, Path(scratch) / "r")))
+            api.clear_log()
+            rollout = run_pass(kube, changed)
+            moving = _count(api)
+        finally:
+            client.close()
+    expected = _expected_writes(rollout)
+    return {
+        "services": counts["services"], "pods": counts["pods"],
+        "converged_pass": {k: converged[k] for k in ("requests", "lists", "gets", "discovery",
+                                                      "writes")},
+        "converged_pass_planned_writes": first.applied,
+        "list_paths": converged["list_paths"],
+        "next_pass_requests": again["requests"],
+        "rollout_pass": {"requests": moving["requests"], "lists": moving["lists"],
+                         "gets": moving["gets"], "writes": moving["writes"],
+                         "planned_writes": rollout.applied,
+                         "expected_writes": expected,
+                         "errors": len(rollout.errors)},
+        "writes_equal_actions": moving["writes"] == expected == rollout.applied + sum(
+            1 for _, plan in rollout.plans if plan.replica_changed),
+    }
+
+
+def bench(workdir: Path, sizes: list[int]) -> dict:
+    runs = {size: measure(workdir, size, podgroups=False) for size in sizes}
+    with_groups = {size: measure(workdir, size, podgroups=True) for size in sizes}
+    return {
+        "benchmark": "api_requests_per_pass",
+        "lists_per_pass": {str(s): r["converged_pass"]["lists"] for s, r in runs.items()},
+        "lists_per_pass_with_podgroup_crd": {
+            str(s): r["converged_pass"]["lists"] for s, r in with_groups.items()},
+        "list_target": LIST_TARGET,
+        "writes_when_converged": {str(s): r["converged_pass"]["writes"] for s, r in runs.items()},
+        "writes_equal_actions": all(r["writes_equal_actions"]
+                                    for r in [*runs.values(), *with_groups.values()]),
+        "by_size": {str(s): r for s, r in runs.items()},
+        "by_size_with_podgroup_crd": {str(s): r for s, r in with_groups.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument("--workdir", default=None, help="keep converged fleets here")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory() as scratch:
+        benchlib.emit(bench(Path(args.workdir or scratch), sizes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""What the benchmark scripts share: converged fleets, one full pass, timing, JSON output.
+
+A converged fleet is made once per size under a work folder and reused by
+every benchmark of a run: the repository (``genfleet``), a simulated cluster
+big enough for it, and ``omegitops reconcile --until-idle`` run in-process
+until nothing is in flight, checked by one more pass that must write nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[1]
+for extra in (HERE, REPO_ROOT / "tests" / "wire"):  # genfleet; the API double and its helpers
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+import genfleet
+
+from omegitops.cli import main as cli_main
+from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
+from omegitops.cluster.sim import SimCluster
+from omegitops.manifests.load import load, resolved_components
+from omegitops.reconcile import MANAGED, run_pass
+from omegitops.report import build_report, render_markdown, validate_report
+
+MARKER = "converged.json"
+
+
+def emit(document: dict) -> None:
+    """The one JSON document a script prints on stdout."""
+    json.dump(document, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def median_time(func: Callable[[], Any], runs: int = 3) -> tuple[float, Any]:
+    """The median wall time of ``runs`` calls, and the last call's result."""
+    times, result = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def reconcile_until_idle(root: Path, cluster_path: Path, max_seconds: float = 100000) -> int:
+    """``omegitops reconcile --until-idle`` in-process, its table thrown away; the exit code."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return cli_main(["reconcile", "--repo", str(root), "--cluster", f"sim:{cluster_path}",
+                         "--until-idle", "--max-seconds", str(max_seconds)])
+
+
+def converged_fleet(workdir: Path | str, services: int) -> tuple[Path, Path, dict]:
+    """(repository, simulated cluster file, counts) of a converged fleet of ``services``.
+
+    Made on first use (generate, size the cluster, reconcile until idle, check that
+    one more pass writes nothing) and reused afterwards from ``workdir``.
+    """
+    base = Path(workdir) / f"fleet-{services}"
+    root, cluster_path, marker = base / "repo", base / "cluster.json", base / MARKER
+    if marker.exists():
+        return root, cluster_path, json.loads(marker.read_text())
+    counts = genfleet.write_fleet(root, services)
+    size = genfleet.sim_size(services)
+    SimCluster.init(cluster_path, **size)
+    start = time.perf_counter()
+    code = reconcile_until_idle(root, cluster_path)
+    if code != 0:
+        raise RuntimeError(f"reconcile of the {services}-service fleet exited {code}")
+    with SimCluster(cluster_path) as cluster:
+        result = run_pass(cluster, resolved_components(load(root)))
+        pods = len(cluster.list_pods(MANAGED))
+    if result.applied or result.busy or result.errors or pods != counts["pods"]:
+        raise RuntimeError(f"the {services}-service fleet did not converge: {result.applied} "
+                           f"writes, busy={result.busy}, {pods}/{counts['pods']} pods, "
+                           f"errors={result.errors[:3]}")
+    counts = {**counts, "sim": size, "convergeSeconds": round(time.perf_counter() - start, 1)}
+    marker.write_text(json.dumps(counts))
+    return root, cluster_path, counts
+
+
+def full_pass(root: Path, cluster, check_report: bool = False) -> dict:
+    """One whole pass on an open cluster, as ``reconcile`` does it: load + validate,
+    resolve, observe + plan + apply, then list what the report needs and build it.
+
+    ``check_report`` adds what ``--report-dir`` does besides (the report checked against
+    its schema, the Markdown rendered); files are never written. Returns counts and the
+    seconds of each stage.
+    """
+    stages: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        stages[name] = now - clock
+        clock = now
+
+    loaded = load(root)
+    lap("load_validate")
+    items = resolved_components(loaded)
+    lap("resolve")
+    result = run_pass(cluster, items)
+    lap("observe_plan_apply")
+    replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
+    events = cluster.list_objects(EVENT, MANAGED)
+    report = build_report(loaded, replicas, events, cluster.now())
+    lap("report_build")
+    if check_report:
+        validate_report(report)
+        render_markdown(report)
+        lap("report_check_render")
+    return {"writes": result.applied, "busy": result.busy, "errors": len(result.errors),
+            "components": len(result.plans), "services": report["summary"]["services"],
+            "stages": stages}

@@ -1,0 +1,83 @@
+"""Run every benchmark and print one JSON document with the headline figures.
+
+    python tests/bench/run.py [--services 1000] [--sizes 10,100,1000] [--runs 3]
+                              [--instances 16] [--workdir DIR]
+
+Each benchmark runs as its own process (``bench_pass.py``, ``bench_api.py``,
+``bench_memory.py``, ``bench_rollout.py``; each also runs alone and prints its
+own document), sharing one work folder so that each converged fleet is built
+once. The top-level keys are the headline figures; ``details`` holds each
+benchmark's full document. Building the 1,000-service fleet (reconciling it
+until idle) takes about a minute; a whole run a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _run(script: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, str(HERE / script), *args], check=False,
+                          capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
+def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int) -> dict:
+    started = time.perf_counter()
+    workdir.mkdir(parents=True, exist_ok=True)
+    common = ["--workdir", str(workdir)]
+    api = _run("bench_api.py", "--sizes", sizes, *common)
+    passed = _run("bench_pass.py", "--services", str(services), "--runs", str(runs), *common)
+    memory = _run("bench_memory.py", "--services", str(services), *common)
+    rollout = _run("bench_rollout.py", "--instances", str(instances))
+    return {
+        "pass_vs_parse_ratio": passed["pass_vs_parse_ratio"],
+        "pass_seconds": passed["pass_seconds"],
+        "parse_seconds": passed["parse_seconds"],
+        "lists_per_pass": api["lists_per_pass"],
+        "lists_per_pass_with_podgroup_crd": api["lists_per_pass_with_podgroup_crd"],
+        "writes_when_converged": api["writes_when_converged"],
+        "writes_equal_actions": api["writes_equal_actions"],
+        "peak_rss_mb": memory["peak_rss_mb"],
+        "peak_rss_mb_sim": memory["peak_rss_mb_sim"],
+        "rollout_vs_ideal_ratio": rollout["rollout_vs_ideal_ratio"],
+        "targets": {"pass_vs_parse_ratio": passed["target"], "lists_per_pass": api["list_target"],
+                    "writes_when_converged": 0, "peak_rss_mb": memory["target_mb"],
+                    "rollout_vs_ideal_ratio": rollout["target"]},
+        "fleet": {k: passed[k] for k in ("services", "components", "instances", "pods",
+                                         "manifest_files")},
+        "python": sys.version.split()[0],
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "details": {"pass": passed, "api": api, "memory": memory, "rollout": rollout},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--services", type=int, default=1000)
+    parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--instances", type=int, default=16)
+    parser.add_argument("--workdir", default=None, help="keep converged fleets here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        document = run_all(Path(args.workdir or scratch), args.services, args.sizes, args.runs,
+                           args.instances)
+    json.dump(document, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
