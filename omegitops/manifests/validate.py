@@ -32,7 +32,7 @@ from omegitops.manifests.repository import (
     ManifestError,
     Repository,
 )
-from omegitops.manifests.schemas import validator
+from omegitops.manifests.schemas import is_valid, validator
 
 MAX_ERRORS_PER_OBJECT = 20
 # Kubernetes' limit on a label value and on a Service name (a DNS-1123 label).
@@ -85,6 +85,8 @@ def _find_runtime(runtimes: dict[ResourceId, Any], service: Manifest) -> Any:
 
 def schema_errors(manifest: Manifest) -> list[ManifestError]:
     """Every schema error of one object, each located at its field's line."""
+    if is_valid(manifest.id.kind)(manifest.data):
+        return []
     found = sorted(
         validator(manifest.id.kind).iter_errors(manifest.data),
         key=lambda e: [str(p) for p in e.absolute_path],

@@ -226,7 +226,10 @@ def _check_tree(root: yaml.Node) -> None:
                 stack.append((value, depth + 1))
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((item, depth + 1) for item in node.value)
-    _expanded_size(root)
+    if aliases:
+        # Without aliases the walk above saw the whole expanded tree already; the
+        # bottom-up count is only needed (and only paid for) when a node repeats.
+        _expanded_size(root)
 
 
 def _expanded_size(root: yaml.Node) -> None:
