@@ -172,6 +172,11 @@ def _surge_single(work: Work, row: dict) -> str | None:
             operation["step"] = SURGE_WAIT_AVAILABLE
         return None
     if step == SURGE_WAIT_AVAILABLE:
+        # A pass cut short after recording this step may not have put the new pod into
+        # rotation: do it now (as finish_when_available does), or this waits forever.
+        for pod in new_live:
+            if P.containers_ready(pod) and not P.gate_set(pod):
+                work.serve(pod, True)
         if _available(work, new_live):
             operation["step"] = HAND_OVER
         return None
