@@ -12,9 +12,7 @@ samples into the summary a pull request shows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from omegitops.cluster.base import Cluster
@@ -22,58 +20,10 @@ from omegitops.cluster.times import format_time, parse_time, to_datetime
 from omegitops.lifecycle.durations import format_duration
 from omegitops.lifecycle.replica import decode_rows
 from omegitops.manifests.load import ServiceComponent
-from omegitops.reconcile import MANAGED, PassResult, run_pass
+from omegitops.reconcile import IDLE, MANAGED, PassResult, run_until_idle
 
 DEFAULT_BUDGET_SECONDS = 7200.0
-# A pass that acted is followed at once by another; this bounds a run whose
-# plans keep acting without the clock moving (which would be a bug).
-MAX_PASSES = 5000
-IDLE = "idle"
-BUDGET_SPENT = "time budget spent with work in flight"
-STUCK = "still busy, but nothing will change by itself"
-PASS_LIMIT = "pass limit reached"
 GANTT_TIME = "%Y-%m-%dT%H:%M:%S"
-
-
-# -- the loop ----------------------------------------------------------------------
-
-
-def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds: float,
-                   on_pass: Callable[[PassResult], None] | None = None) -> str:
-    """Passes until nothing is in flight or the budget is spent; returns why it stopped."""
-    stop_at = cluster.now() + timedelta(seconds=max_seconds)
-    for _ in range(MAX_PASSES):
-        result = run_pass(cluster, items)
-        if on_pass is not None:
-            on_pass(result)
-        if not result.busy:
-            return IDLE
-        if result.applied:
-            # Let the cluster react to what was just written before planning again.
-            cluster.advance(_gap(cluster, result.now))
-            continue
-        wake = _next_wake(cluster, result.wake_at)
-        if wake is None and cluster.poll_seconds:
-            wake = cluster.now() + timedelta(seconds=cluster.poll_seconds)
-        if wake is None:
-            return STUCK
-        if wake > stop_at:
-            return BUDGET_SPENT
-        cluster.advance((wake - cluster.now()).total_seconds())
-    return PASS_LIMIT
-
-
-def _next_wake(cluster: Cluster, planned: datetime | None) -> datetime | None:
-    candidates = [t for t in (planned, cluster.next_transition_at()) if t is not None]
-    return min(candidates) if candidates else None
-
-
-def _gap(cluster: Cluster, now: datetime) -> float:
-    """Seconds to the next thing the cluster does by itself, at most one."""
-    wake = _next_wake(cluster, None)
-    if wake is None:
-        return 0.0
-    return max(0.0, min((wake - now).total_seconds(), 1.0))
 
 
 # -- samples -----------------------------------------------------------------------
@@ -107,9 +57,10 @@ def sample_pass(result: PassResult, pods: int) -> Sample:
     capacity: dict[ComponentKey, tuple[int, int]] = {}
     instances: dict[InstanceKey, InstanceState] = {}
     updated: dict[ComponentKey, tuple[int, str]] = {}
-    for item, plan in result.plans:
-        meta = item.service.data["metadata"]
-        key = (f"{meta.get('namespace') or 'default'}/{meta['name']}", plan.component)
+    for _, plan in result.plans:
+        replica = plan.replica
+        key = (f"{replica['metadata']['namespace']}/{replica['spec']['inferenceService']}",
+               plan.component)
         status = plan.replica.get("status") or {}
         capacity[key] = (int(status.get("servingReplicas") or 0),
                          int(status.get("desiredReplicas") or 0))

@@ -11,8 +11,9 @@ pass carry on from there, so nothing is lost or done twice.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from omegitops.cluster.base import (
     CONTROLLER_REVISION,
@@ -37,7 +38,14 @@ from omegitops.lifecycle.actions import (
     SetServing,
 )
 from omegitops.lifecycle.desired import build_desired
-from omegitops.lifecycle.planner import ObservedComponent, Plan, plan_component
+from omegitops.lifecycle.planner import (
+    DesiredComponent,
+    ObservedComponent,
+    Plan,
+    plan_component,
+)
+from omegitops.lifecycle.resolve import OMENATIVE, ComponentLifecycle, Resolved
+from omegitops.lifecycle.revisions import stored_templates
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 from omegitops.manifests.load import ServiceComponent
 
@@ -100,6 +108,9 @@ class PassResult:
     plans: list[tuple[ServiceComponent, Plan]] = field(default_factory=list)
     applied: int = 0
     errors: list[str] = field(default_factory=list)
+    # InferenceReplicas of components the repository no longer has, left alone
+    # without --prune.
+    orphans: list[str] = field(default_factory=list)
     # False when a LIST failed: nothing was planned or written, and the work is unknown.
     observed: bool = True
 
@@ -115,29 +126,73 @@ class PassResult:
         return min(wakes) if wakes else None
 
 
+@dataclass(frozen=True)
+class Pruning:
+    """``--prune``: tear down the components the repository no longer has.
+
+    ``keep`` names the services (namespace, name) that must be left alone even
+    so: those whose manifest is in the repository but invalid this run, since an
+    invalid manifest is never a reason to delete anything.
+    """
+
+    keep: frozenset[tuple[str, str]] = frozenset()
+
+
 @without_gc_pauses  # see omegitops/gcpause.py: a third of a big pass was full collections
-def plan_all(cluster: Cluster, items: list[ServiceComponent]) -> PassResult:
+def plan_all(cluster: Cluster, items: list[ServiceComponent],
+             prune: Pruning | None = None) -> PassResult:
     """Observe once and plan every managed component; no writes."""
     now = cluster.now()
     seen = observe(cluster)
     result = PassResult(now=now)
+    wanted = set()
     for item in items:
         if not item.lifecycle.managed:
             continue
         meta = item.service.data["metadata"]
         namespace = meta.get("namespace") or "default"
+        wanted.add((namespace, meta["name"], item.lifecycle.component))
         observed = seen.component(namespace, meta["name"], item.lifecycle.component)
         desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
                                 item.lifecycle, observed.revisions, observed.replica)
         result.plans.append((item, plan_component(desired, observed, now)))
+    for key, replica in sorted(seen.replicas.items()):
+        spec = replica.get("spec") or {}
+        owner = (key[0], spec.get("inferenceService", ""), spec.get("component", ""))
+        if owner in wanted:
+            continue
+        if prune is None or owner[:2] in prune.keep:
+            result.orphans.append(f"{key[0]}/{key[1]}")
+            continue
+        observed = seen.component(*owner)
+        result.plans.append((None, plan_component(teardown_desired(replica, observed),
+                                                  observed, now)))
     return result
 
 
+def teardown_desired(replica: dict, observed: ObservedComponent) -> DesiredComponent:
+    """What a removed component is reconciled toward: no Instances, then nothing."""
+    spec = replica.get("spec") or {}
+    meta = replica["metadata"]
+    component = spec.get("component", "engine")
+    lifecycle = ComponentLifecycle(
+        component=component, mode=Resolved(OMENATIVE, "default"),
+        shape=spec.get("shape") or "single", worker_size=int(spec.get("workerSize") or 0),
+        replicas=0)
+    revision = spec.get("revision") or ""
+    templates = stored_templates(observed.revisions, revision) or {}
+    return DesiredComponent(namespace=meta.get("namespace", ""),
+                            isvc=spec.get("inferenceService", ""), component=component,
+                            lifecycle=lifecycle, templates=templates, revision=revision,
+                            teardown=True)
+
+
 @without_gc_pauses
-def run_pass(cluster: Cluster, items: list[ServiceComponent]) -> PassResult:
+def run_pass(cluster: Cluster, items: list[ServiceComponent],
+             prune: Pruning | None = None) -> PassResult:
     """Observe, plan and apply one pass."""
     try:
-        result = plan_all(cluster, items)
+        result = plan_all(cluster, items, prune)
     except ClusterError as err:
         # A failed LIST leaves the observation incomplete: acting on part of it could
         # recreate pods that exist or drop rows whose pods were not listed. The pass is
@@ -147,7 +202,7 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent]) -> PassResult:
         return result
     for item, plan in result.plans:
         try:
-            result.applied += apply_plan(cluster, item, plan, result.now)
+            result.applied += apply_plan(cluster, plan, result.now)
         except Conflict as err:
             # Someone else wrote the InferenceReplica: plan it again next pass.
             log.info("%s: %s; planning it again next pass", plan.replica["metadata"]["name"], err)
@@ -156,7 +211,7 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent]) -> PassResult:
     return result
 
 
-def apply_plan(cluster: Cluster, item: ServiceComponent, plan: Plan, now: datetime) -> int:
+def apply_plan(cluster: Cluster, plan: Plan, now: datetime) -> int:
     """Apply one component's plan in order; returns the number of writes."""
     writes = 0
     if plan.replica_changed:
@@ -167,7 +222,7 @@ def apply_plan(cluster: Cluster, item: ServiceComponent, plan: Plan, now: dateti
         _apply(cluster, action)
         writes += 1
     for event in plan.events:
-        cluster.record_event(_event(item, event, now))
+        cluster.record_event(_event(plan.replica, event, now))
         writes += 1
     return writes
 
@@ -252,16 +307,16 @@ def _apply(cluster: Cluster, action: Action) -> None:
         raise TypeError(f"unknown action {action!r}")
 
 
-def _event(item: ServiceComponent, event: Event, now: datetime) -> dict:
-    meta = item.service.data["metadata"]
-    namespace = meta.get("namespace") or "default"
+def _event(replica: dict, event: Event, now: datetime) -> dict:
+    namespace = replica["metadata"]["namespace"]
+    name = replica["spec"]["inferenceService"]
     stamp = format_time(now.timestamp())
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"namespace": namespace, "labels": dict(MANAGED)},
         "involvedObject": {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
-                           "namespace": namespace, "name": meta["name"]},
+                           "namespace": namespace, "name": name},
         "type": event.type,
         "reason": event.reason,
         "message": event.message,
@@ -270,3 +325,57 @@ def _event(item: ServiceComponent, event: Event, now: datetime) -> dict:
         "lastTimestamp": stamp,
         "count": 1,
     }
+
+
+# -- passes until idle ------------------------------------------------------------
+
+# A pass that acted is followed at once by another; this bounds a run whose
+# plans keep acting without the clock moving (which would be a bug).
+MAX_PASSES = 5000
+IDLE = "idle"
+BUDGET_SPENT = "time budget spent with work in flight"
+STUCK = "still busy, but nothing will change by itself"
+PASS_LIMIT = "pass limit reached"
+
+
+def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds: float,
+                   on_pass: Callable[[PassResult], None] | None = None,
+                   prune: Pruning | None = None) -> str:
+    """Passes until nothing is in flight or the budget is spent; returns why it stopped.
+
+    After a pass that wrote, the cluster gets up to a second to react; after one
+    that did not, the clock jumps to the next planned wake-up or the cluster's
+    next transition (a real cluster is polled every ``poll_seconds``).
+    """
+    stop_at = cluster.now() + timedelta(seconds=max_seconds)
+    for _ in range(MAX_PASSES):
+        result = run_pass(cluster, items, prune)
+        if on_pass is not None:
+            on_pass(result)
+        if not result.busy:
+            return IDLE
+        if result.applied:
+            cluster.advance(_gap(cluster, result.now))
+            continue
+        wake = _next_wake(cluster, result.wake_at)
+        if wake is None and cluster.poll_seconds:
+            wake = cluster.now() + timedelta(seconds=cluster.poll_seconds)
+        if wake is None:
+            return STUCK
+        if wake > stop_at:
+            return BUDGET_SPENT
+        cluster.advance((wake - cluster.now()).total_seconds())
+    return PASS_LIMIT
+
+
+def _next_wake(cluster: Cluster, planned: datetime | None) -> datetime | None:
+    candidates = [t for t in (planned, cluster.next_transition_at()) if t is not None]
+    return min(candidates) if candidates else None
+
+
+def _gap(cluster: Cluster, now: datetime) -> float:
+    """Seconds to the next thing the cluster does by itself, at most one."""
+    wake = _next_wake(cluster, None)
+    if wake is None:
+        return 0.0
+    return max(0.0, min((wake - now).total_seconds(), 1.0))

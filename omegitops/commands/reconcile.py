@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from datetime import timedelta
 
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
@@ -16,13 +15,11 @@ from omegitops.errors import UsageError
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout, commit_report, push_report
 from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import MANAGED, run_pass
+from omegitops.manifests.repository import INFERENCE_SERVICE
+from omegitops.reconcile import IDLE, MANAGED, Pruning, run_pass, run_until_idle
 from omegitops.views import replica_view
 
 log = logging.getLogger("omegitops")
-# A pass that acted is followed at once by another; this bounds a run whose
-# plans keep acting without the clock moving (which would be a bug).
-MAX_PASSES = 5000
 # Where --commit puts the report when --report-dir is not given (relative to the repository).
 DEFAULT_REPORT_DIR = "status"
 
@@ -57,6 +54,8 @@ def _add_git_args(parser: argparse.ArgumentParser) -> None:
                         help="commit the report folder when the report's content changed")
     parser.add_argument("--push", action="store_true",
                         help="push the report commit (needs --commit); never forced")
+    parser.add_argument("--prune", action="store_true",
+                        help="tear down components the repository no longer has")
     parser.add_argument("--author", default=DEFAULT_AUTHOR, metavar='"NAME <EMAIL>"',
                         help=f"author of report commits (default: {DEFAULT_AUTHOR})")
 
@@ -86,34 +85,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: str) -> int:
-    failed = False
+    prune, refused = _pruning(args, loaded)
+    failed = refused
     with open_cluster(args.cluster) as cluster:
-        start = cluster.now()
-        stop_at = start + timedelta(seconds=args.max_seconds)
-        for number in range(1, MAX_PASSES + 1):
-            result = run_pass(cluster, items)
+        passes = 0
+
+        def progress(result) -> None:
+            nonlocal failed, passes
+            passes += 1
             print_errors(result.errors)
             failed |= bool(result.errors)
             busy = [plan.component for _, plan in result.plans if plan.busy]
-            log.info("pass %d at %s: %d writes, %d of %d components busy", number,
+            log.info("pass %d at %s: %d writes, %d of %d components busy", passes,
                      result.now.strftime("%Y-%m-%dT%H:%M:%SZ"), result.applied, len(busy),
                      len(result.plans))
-            if not args.until_idle or not result.busy:
-                break
-            if result.applied:
-                # Let the cluster react to what was just written before planning again.
-                cluster.advance(_gap(cluster, result.now, None))
-                continue
-            wake = _next_wake(cluster, result.wake_at)
-            if wake is None and cluster.poll_seconds:
-                wake = cluster.now() + timedelta(seconds=cluster.poll_seconds)
-            if wake is None:
-                log.warning("still busy, but nothing will change by itself; stopping")
-                break
-            if wake > stop_at:
-                log.warning("time budget of %ss spent with work in flight", args.max_seconds)
-                break
-            cluster.advance((wake - cluster.now()).total_seconds())
+            for orphan in result.orphans:
+                log.warning("InferenceReplica %s: its component is no longer in the "
+                            "repository; --prune tears it down", orphan)
+
+        if args.until_idle:
+            stop = run_until_idle(cluster, items, args.max_seconds, progress, prune)
+            if stop != IDLE:
+                log.warning("stopping: %s", stop)
+        else:
+            progress(run_pass(cluster, items, prune))
         replicas = [replica_view(r) for r in cluster.list_objects(INFERENCE_REPLICA, MANAGED)]
         now = cluster.now()
         if report_dir:
@@ -124,15 +119,26 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
     return 1 if failed or not loaded.result.ok else 0
 
 
-def _next_wake(cluster, planned):
-    candidates = [t for t in (planned, cluster.next_transition_at()) if t is not None]
-    return min(candidates) if candidates else None
+def _pruning(args: argparse.Namespace, loaded) -> tuple[Pruning | None, bool]:
+    """(what --prune may tear down, whether pruning was refused).
 
+    As Argo CD refuses to prune to an empty application, a repository that
+    yields no services, or that has a file that failed to load (whatever it
+    defined is unknown), prunes nothing: a broken checkout must not tear the
+    fleet down. Services whose manifest is present but invalid are kept.
+    """
+    if not args.prune:
+        return None, False
+    if not loaded.result.catalog.services:
+        log.error("refusing to prune: the repository yields no services")
+        return None, True
+    unreadable = sorted({e.path for e in loaded.repo.errors})
+    if unreadable:
+        log.error("refusing to prune: %s could not be read", ", ".join(unreadable))
+        return None, True
+    valid = {m.id for m in loaded.result.catalog.services}
+    keep = frozenset((m.id.namespace, m.id.name) for m in loaded.repo.manifests
+                     if m.id.kind == INFERENCE_SERVICE and m.id not in valid)
+    return Pruning(keep=keep), False
 
-def _gap(cluster, now, planned) -> float:
-    """Seconds to the next thing the cluster does by itself, at least none."""
-    wake = _next_wake(cluster, planned)
-    if wake is None:
-        return 0.0
-    return max(0.0, min((wake - now).total_seconds(), 1.0))
 

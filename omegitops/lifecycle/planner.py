@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.actions import Action, Event
+from omegitops.lifecycle.actions import Action, DeleteObject, Event
 from omegitops.lifecycle.failures import check_pods, ended_failure
 from omegitops.lifecycle.operations import (
     CREATE_PODS,
@@ -104,16 +104,38 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     plan_repairs(work)
     _scale(work)
     rollout = plan_rollout(work, previous.get("rolloutHold"))
-    work.actions.extend(plan_services(desired, observed.services))
-    work.actions.extend(plan_revisions(desired, observed.revisions, work.rows.values()))
     replica = _replica(work, rollout)
     changed = _replica_changed(observed.replica, replica)
+    if desired.teardown:
+        if not work.rows and not observed.pods:
+            # Every Instance is gone: the component's own objects go last, the record last of all.
+            work.actions.extend(teardown_objects(desired, observed))
+            work.event("Normal", "ComponentRemoved", None,
+                       "removed: the repository no longer has it (--prune)")
+            changed = False
+    else:
+        work.actions.extend(plan_services(desired, observed.services))
+        work.actions.extend(plan_revisions(desired, observed.revisions, work.rows.values()))
     busy = bool(work.actions) or rollout["pending"] or any(
         row.get("operation") and row.get("phase") != FAILED for row in work.rows.values())
     busy = busy or sum(counts_toward_desired(work, r) for r in work.rows.values()) != (
         desired.lifecycle.replicas)
     wake = datetime.fromtimestamp(min(work.wakes), UTC) if work.wakes else None
     return Plan(desired.component, replica, changed, work.actions, work.events, wake, busy)
+
+
+def teardown_objects(desired: DesiredComponent, observed: ObservedComponent) -> list[Action]:
+    """Delete what a removed component leaves once its pods are gone."""
+    namespace = desired.namespace
+    actions: list[Action] = [DeleteObject("Service", namespace, name)
+                             for name in sorted(observed.services)]
+    actions += [DeleteObject("PodGroup", namespace, name)
+                for name in sorted(observed.podgroups or {})]
+    actions += [DeleteObject("ControllerRevision", namespace, r["metadata"]["name"])
+                for r in observed.revisions]
+    if observed.replica is not None:
+        actions.append(DeleteObject("InferenceReplica", namespace, desired.name))
+    return actions
 
 
 def _group_pods(pods: list[dict]) -> dict[int, list[dict]]:

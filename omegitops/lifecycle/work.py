@@ -43,6 +43,8 @@ class DesiredComponent:
     runtime_config: dict = field(default_factory=dict)
     pinned: bool = False
     drifted: bool = False
+    # The repository no longer has this component and --prune tears it down.
+    teardown: bool = False
 
     @property
     def name(self) -> str:

@@ -1,0 +1,121 @@
+"""--prune: components the repository no longer has are torn down, and only then."""
+
+from __future__ import annotations
+
+import shutil
+
+import yaml
+
+from omegitops.cluster.sim import SimCluster
+from tests.conftest import EXAMPLES
+
+
+def setup(tmp_path, cli):
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    cluster = tmp_path / "c.json"
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}",
+                       "--until-idle")
+    assert code == 0, err
+    return repo, cluster
+
+
+def state(cluster):
+    with SimCluster(cluster) as sim:
+        return {
+            "pods": {p["metadata"]["name"] for p in sim.list_pods()},
+            "ireps": {r["metadata"]["name"] for r in sim.list_objects("InferenceReplica")},
+            "services": {s["metadata"]["name"] for s in sim.list_objects("Service")},
+            "revisions": {r["metadata"]["name"] for r in sim.list_objects("ControllerRevision")},
+            "events": [e["reason"] for e in sim.list_objects("Event")],
+        }
+
+
+def reconcile(cli, repo, cluster, *extra):
+    return cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}", "--until-idle",
+               *extra)
+
+
+def test_a_removed_service_stays_without_prune(tmp_path, cli):
+    repo, cluster = setup(tmp_path, cli)
+    (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()
+    code, _, err = reconcile(cli, repo, cluster)
+    assert code == 0
+    assert "llama-demo/llama-chat-engine: its component is no longer in the repository" in err
+    assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
+
+
+def test_prune_tears_a_removed_service_down(tmp_path, cli):
+    repo, cluster = setup(tmp_path, cli)
+    (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 0, err
+    after = state(cluster)
+    assert not [p for p in after["pods"] if p.startswith("llama-chat-")]
+    assert "llama-chat-engine" not in after["ireps"]
+    assert "llama-chat-engine" not in after["services"]
+    assert not [r for r in after["revisions"] if r.startswith("llama-chat-")]
+    assert "ComponentRemoved" in after["events"]
+    # Everything else is untouched.
+    assert "qwen3-0-6b-engine-0-default-0" in after["pods"]
+    assert len(after["ireps"]) == 6
+
+
+def test_prune_removes_a_component_dropped_from_a_service(tmp_path, cli):
+    repo, cluster = setup(tmp_path, cli)
+    path = repo / "services" / "llama-demo" / "llama-pd.yaml"
+    service = yaml.safe_load(path.read_text())
+    del service["spec"]["router"]
+    path.write_text(yaml.safe_dump(service))
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 0, err
+    after = state(cluster)
+    assert "llama-pd-router" not in after["ireps"]
+    assert {"llama-pd-engine", "llama-pd-decoder"} <= after["ireps"]
+
+
+def test_an_invalid_manifest_is_never_a_reason_to_delete(tmp_path, cli):
+    repo, cluster = setup(tmp_path, cli)
+    path = repo / "services" / "llama-demo" / "llama-chat.yaml"
+    path.write_text(path.read_text().replace("minReadySeconds: 900", "minReadySeconds: -1"))
+    code, _, _ = reconcile(cli, repo, cluster, "--prune")
+    assert code == 1  # the invalid manifest is reported
+    assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
+
+
+def test_an_unreadable_file_refuses_to_prune(tmp_path, cli):
+    repo, cluster = setup(tmp_path, cli)
+    (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()
+    (repo / "services" / "broken.yaml").write_text("kind: [unclosed\n")
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 1
+    assert "refusing to prune: services/broken.yaml could not be read" in err
+    assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
+
+
+def test_an_empty_repository_refuses_to_prune(tmp_path, cli):
+    _, cluster = setup(tmp_path, cli)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    before = state(cluster)["pods"]
+    code, _, err = reconcile(cli, empty, cluster, "--prune")
+    assert code == 1
+    assert "refusing to prune: the repository yields no services" in err
+    assert state(cluster)["pods"] == before
+
+
+def test_objects_not_labelled_as_managed_are_never_touched(tmp_path, cli):
+    repo, cluster = setup(tmp_path, cli)
+    with SimCluster(cluster) as sim:
+        sim.create_pod({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "llama-chat-engine-0-default-9", "namespace": "llama-demo",
+                         "labels": {"ome.io/inferenceservice": "llama-chat",
+                                    "ome.io/component": "engine",
+                                    "ome.io/instance-index": "0"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        })
+    (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 0, err
+    assert "llama-chat-engine-0-default-9" in state(cluster)["pods"]
