@@ -193,6 +193,15 @@ def scenario(api, cli, monkeypatch, tmp_path) -> list[Request]:
           "image: docker.io/lmsysorg/sglang:v0.5.5.post3-cu129-amd64",
           "image: docker.io/lmsysorg/sglang:v0.5.6-cu129-amd64")
     reconcile(passes=6)
+    # A service removed from the repository, torn down with --prune: its pods go,
+    # then its Services, revisions and InferenceReplica.
+    (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()
+    for _ in range(6):
+        _kubelet(api)
+        api.finish_terminating()
+        run("reconcile", "--repo", str(repo), "--prune")
+    assert not [r for r in api.objects("InferenceReplica")
+                if r["metadata"]["name"] == "llama-chat-engine"]
     # The read commands, and the report.
     run("get", "irep")
     run("instance", "list", "qwen3-0-6b", "-n", "qwen3-0-6b")
@@ -233,7 +242,8 @@ def test_requests_and_requirements_match(scenario):
     assert {("", "pods", "delete"), ("", "pods", "patch"), ("", "pods/status", "patch"),
             ("", "services", "update"), ("", "events", "patch"),
             ("apps", "controllerrevisions", "delete"),
-            ("scheduling.x-k8s.io", "podgroups", "delete")} <= verbs
+            ("scheduling.x-k8s.io", "podgroups", "delete"), ("", "services", "delete"),
+            ("ome.io", "inferencereplicas", "delete")} <= verbs
 
 
 def test_the_path_mapping():
