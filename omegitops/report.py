@@ -39,13 +39,6 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
 from omegitops.cluster.times import format_time, parse_time
-from omegitops.commands.events import (
-    WARNING,
-    about_component,
-    about_service,
-    event_view,
-    sort_events,
-)
 from omegitops.errors import OmegitopsError
 from omegitops.files import replace_atomically
 from omegitops.gcpause import without_gc_pauses
@@ -53,7 +46,15 @@ from omegitops.lifecycle.replica import replica_name
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
 from omegitops.manifests.schemas import validator
 from omegitops.reconcile import MANAGED
-from omegitops.views import instance_rows, replica_view
+from omegitops.views import (
+    WARNING,
+    about_component,
+    about_service,
+    event_view,
+    instance_rows,
+    replica_view,
+    sort_events,
+)
 
 API_VERSION = "omegitops.io/v1alpha1"
 KIND = "StatusReport"

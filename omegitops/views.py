@@ -9,8 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from omegitops.cluster.base import EVENT
 from omegitops.cluster.times import parse_time
 from omegitops.lifecycle.replica import decode_rows
+from omegitops.lifecycle.templates import MANAGED_BY, MANAGER
 
 
 def replica_view(replica: dict) -> dict[str, Any]:
@@ -70,3 +72,54 @@ def condition(view: dict, kind: str) -> dict | None:
         if cond.get("type") == kind:
             return cond
     return None
+
+
+# -- events ---------------------------------------------------------------------
+WARNING = "Warning"
+
+
+def event_view(event: dict) -> dict[str, Any]:
+    """One Event as ``events -o json`` prints it."""
+    involved = event.get("involvedObject") or {}
+    return {
+        "namespace": (event.get("metadata") or {}).get("namespace"),
+        "type": event.get("type"),
+        "reason": event.get("reason"),
+        "object": {"kind": involved.get("kind"), "name": involved.get("name")},
+        "count": event.get("count", 1),
+        "firstTimestamp": event.get("firstTimestamp"),
+        "lastTimestamp": event.get("lastTimestamp"),
+        "message": event.get("message", ""),
+    }
+
+
+def _sort_key(view: dict) -> tuple:
+    # Timestamps are RFC3339 in UTC with a Z, so they sort as text; the other
+    # fields only break ties, so that the order never depends on list order.
+    return (view["lastTimestamp"] or "", view["firstTimestamp"] or "", view["namespace"] or "",
+            view["object"]["name"] or "", view["reason"] or "", view["message"])
+
+
+def sort_events(views: list[dict]) -> list[dict]:
+    return sorted(views, key=_sort_key)
+
+
+def managed_events(cluster: Any) -> list[dict]:
+    """Every Event omegitops recorded, as views, oldest first."""
+    return sort_events([event_view(e) for e in cluster.list_objects(EVENT, {MANAGED_BY: MANAGER})])
+
+
+def about_service(view: dict, namespace: str, name: str) -> bool:
+    return (view["namespace"] == namespace and view["object"]["kind"] == "InferenceService"
+            and view["object"]["name"] == name)
+
+
+def about_component(view: dict, component: str) -> bool:
+    """Whether the message names the component (``OMENative component=engine ...``)."""
+    return f"component={component}" in view["message"].split()
+
+
+def about_instance(view: dict, component: str, index: int) -> bool:
+    # The trailing space keeps instance=1 from matching instance=10; the added
+    # space lets a message that ends with the index match too.
+    return f"component={component} instance={index} " in view["message"] + " "

@@ -14,16 +14,16 @@ from typing import Any
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.commands.common import print_json, table
-from omegitops.commands.events import (
+from omegitops.commands.events import events_table
+from omegitops.errors import OmegitopsError
+from omegitops.lifecycle.replica import replica_name
+from omegitops.views import (
     WARNING,
     about_instance,
     about_service,
-    events_table,
+    instance_rows,
     managed_events,
 )
-from omegitops.errors import OmegitopsError
-from omegitops.lifecycle.replica import replica_name
-from omegitops.views import instance_rows
 
 COMPONENTS = ("engine", "decoder", "router")
 # The pod that serves for its Instance: a gang serves only through its leader.

@@ -17,6 +17,7 @@ from typing import Any
 
 from omegitops.errors import UsageError
 from omegitops.gitops.gitcmd import Git, GitError
+from omegitops.report import JSON_FILE, MARKDOWN_FILE, content_key
 
 log = logging.getLogger("omegitops")
 
@@ -64,9 +65,6 @@ def commit_report(git: Git, folder: PurePosixPath, author: Author) -> ReportComm
     Only ``folder`` is staged and committed (``git commit -- folder``): any
     other change in the work tree, staged or not, is left as it was.
     """
-    # Imported here: omegitops.report imports omegitops.commands, which imports this package.
-    from omegitops.report import JSON_FILE, MARKDOWN_FILE, content_key
-
     new = _read_json((git.worktree / folder / JSON_FILE).read_bytes())
     old = _read_json(committed_file(git, "HEAD", folder / JSON_FILE))
     names = (JSON_FILE, MARKDOWN_FILE)
