@@ -149,13 +149,9 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
     for item in items:
         if not item.lifecycle.managed:
             continue
-        meta = item.service.data["metadata"]
-        namespace = meta.get("namespace") or "default"
-        wanted.add((namespace, meta["name"], item.lifecycle.component))
-        observed = seen.component(namespace, meta["name"], item.lifecycle.component)
-        desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
-                                item.lifecycle, observed.revisions, observed.replica)
-        result.plans.append((item, plan_component(desired, observed, now)))
+        desired, _, plan = plan_item(seen, item, now)
+        wanted.add((desired.namespace, desired.isvc, desired.component))
+        result.plans.append((item, plan))
     for key, replica in sorted(seen.replicas.items()):
         spec = replica.get("spec") or {}
         owner = (key[0], spec.get("inferenceService", ""), spec.get("component", ""))
@@ -168,6 +164,17 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
         result.plans.append((None, plan_component(teardown_desired(replica, observed),
                                                   observed, now)))
     return result
+
+
+def plan_item(seen: Observation, item: ServiceComponent,
+              now: datetime) -> tuple[DesiredComponent, ObservedComponent, Plan]:
+    """Render one managed component and plan it against what ``seen`` holds for it."""
+    meta = item.service.data["metadata"]
+    observed = seen.component(meta.get("namespace") or "default", meta["name"],
+                              item.lifecycle.component)
+    desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
+                            item.lifecycle, observed.revisions, observed.replica)
+    return desired, observed, plan_component(desired, observed, now)
 
 
 def teardown_desired(replica: dict, observed: ObservedComponent) -> DesiredComponent:

@@ -26,11 +26,9 @@ from omegitops.cluster.sim import SimCluster
 from omegitops.cluster.times import format_time
 from omegitops.commands.common import add_repo_args, print_errors, print_json
 from omegitops.forecast import DEFAULT_BUDGET_SECONDS, forecast
-from omegitops.lifecycle.desired import build_desired
-from omegitops.lifecycle.planner import plan_component
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
 from omegitops.planview import PlannedComponent, plan_document, render_markdown
-from omegitops.reconcile import observe
+from omegitops.reconcile import observe, plan_item
 
 NO_CLUSTER = "none"
 CHANGES_PENDING = 2
@@ -109,11 +107,8 @@ def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
 
 
 def plan_components(cluster: Cluster, items: list[ServiceComponent]) -> list[PlannedComponent]:
-    """Observe once and plan every component, keeping what the plan was made from; no writes.
-
-    The same steps as ``omegitops.reconcile.plan_all``, which does not return
-    the desired templates and observed revisions the revision diff needs.
-    """
+    """Observe once and plan every component, keeping what the plan was made from
+    (the desired templates and observed revisions the revision diff needs); no writes."""
     now = cluster.now()
     seen = observe(cluster)
     planned: list[PlannedComponent] = []
@@ -121,11 +116,5 @@ def plan_components(cluster: Cluster, items: list[ServiceComponent]) -> list[Pla
         if not item.lifecycle.managed:
             planned.append(PlannedComponent(item))
             continue
-        meta = item.service.data["metadata"]
-        observed = seen.component(meta.get("namespace") or "default", meta["name"],
-                                  item.lifecycle.component)
-        desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
-                                item.lifecycle, observed.revisions, observed.replica)
-        planned.append(PlannedComponent(item, desired, observed,
-                                        plan_component(desired, observed, now)))
+        planned.append(PlannedComponent(item, *plan_item(seen, item, now)))
     return planned
