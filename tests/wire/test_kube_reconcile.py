@@ -107,3 +107,33 @@ def test_get_irep_reads_through_kube(cli, kube_env):
     code, out, err = cli("get", "irep", "--cluster", "kube", "-o", "json")
     assert code == 0, err
     assert "qwen3-0-6b-engine" in {r["name"] for r in json.loads(out)}
+
+
+def test_the_job_from_a_git_url_to_kube_and_back(cli, kube_env, tmp_path):
+    """What the CronJob runs, end to end: clone a git URL, reconcile on the Kubernetes
+    API (the double), commit the report and push it back."""
+    import git
+
+    api = kube_env
+    source = tmp_path / "source"
+    git.Repo.init(source, initial_branch="main")
+    for path in sorted(EXAMPLES.rglob("*")):
+        if path.is_file():
+            target = source / "manifests" / path.relative_to(EXAMPLES)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    repo = git.Repo(source)
+    repo.index.add([p.relative_to(source).as_posix() for p in source.rglob("*")
+                    if p.is_file() and ".git" not in p.parts])
+    repo.index.commit("the manifests")
+    bare = tmp_path / "remote.git"
+    repo.clone(bare, bare=True)
+    url = bare.as_uri()
+    code, _, err = cli("reconcile", "--repo", url, "--branch", "main", "--path", "manifests",
+                       "--cluster", "kube", "--commit", "--push")
+    assert code == 0, err
+    assert "qwen3-0-6b-engine" in {r["metadata"]["name"] for r in api.objects("InferenceReplica")}
+    head = git.Repo(bare).head.commit
+    assert head.message.startswith("omegitops: first status report")
+    assert {d.b_path for d in head.parents[0].diff(head)} == {"status/STATUS.md",
+                                                                "status/status.json"}
