@@ -22,15 +22,11 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends git ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 
-# Git credentials come from the environment (GIT_USERNAME, GIT_TOKEN, set from
-# the Secret omegitops-git), never from the URL or the command line: this
-# system-wide credential helper answers git's `get` with them. The committer
-# identity of status-report commits is set here too (GIT_AUTHOR_NAME and
-# friends in the job's env override it).
-RUN git config --system credential.helper \
-        '!f() { test "$1" = get || exit 0; echo "username=${GIT_USERNAME}"; echo "password=${GIT_TOKEN}"; }; f' \
-    && git config --system user.name "omegitops" \
-    && git config --system user.email "omegitops@users.noreply.github.com"
+# Git credentials come from the environment (GIT_USERNAME and GIT_TOKEN from
+# the Secret omegitops-git, or a mounted file named by GIT_TOKEN_FILE): omegitops
+# hands them to git itself, through a credential helper scoped to the remote's
+# host, never in the URL or on the command line. The author of report commits
+# is `reconcile --author` (default "omegitops <omegitops@localhost>").
 
 # Install the package (and only what it needs: see .dockerignore).
 WORKDIR /src
