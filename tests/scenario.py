@@ -224,3 +224,19 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
         for key in by_instance:
             if key[:3] == (namespace, spec["inferenceService"], spec["component"]):
                 assert key[3] in indices, f"pods of Instance {key} have no row"
+
+
+def converged(tmp_path: Path, **service):
+    """A one-service repository (``tests.fleet.write_service``) brought to rest, and a
+    ``change(**more)`` that rewrites it with some arguments changed."""
+    from tests.fleet import write_service
+
+    repo = tmp_path / "repo"
+    write_service(repo, **service)
+    scenario = Scenario(tmp_path, repo)
+    scenario.until_idle()
+
+    def change(**more):
+        write_service(repo, **{**service, **more})
+
+    return scenario, change

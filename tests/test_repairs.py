@@ -7,22 +7,13 @@ from __future__ import annotations
 from omegitops.cluster.sim import SimCluster
 from omegitops.lifecycle import pods as P
 from tests.fleet import strategy, write_service
-from tests.scenario import Scenario
+from tests.scenario import Scenario, converged
 
 NAME = "svc-engine"
 RECREATE = {"restartPolicy": "RecreateInstanceOnPodRestart"}
 
 
-def make(tmp_path, **kwargs):
-    repo = tmp_path / "repo"
-    write_service(repo, **kwargs)
-    scenario = Scenario(tmp_path, repo)
-    scenario.until_idle()
-
-    def change(**more):
-        write_service(repo, **{**kwargs, **more})
-
-    return scenario, change
+make = converged
 
 
 def rows(scenario):

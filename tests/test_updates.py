@@ -6,22 +6,13 @@ from __future__ import annotations
 import pytest
 
 from omegitops.lifecycle import pods as P
-from tests.fleet import strategy, write_service
-from tests.scenario import Scenario
+from tests.fleet import strategy
+from tests.scenario import converged
 
 NAME = "svc-engine"
 
 
-def make(tmp_path, **kwargs) -> tuple[Scenario, callable]:
-    repo = tmp_path / "repo"
-    write_service(repo, **kwargs)
-    scenario = Scenario(tmp_path, repo)
-    scenario.until_idle()
-
-    def change(**more):
-        write_service(repo, **{**kwargs, **more})
-
-    return scenario, change
+make = converged
 
 
 def revision(scenario) -> str:

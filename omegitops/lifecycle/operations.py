@@ -55,15 +55,21 @@ def step_create(work: Work, row: dict) -> None:
             operation["step"] = WAIT_READY
         return
     if operation["step"] == WAIT_READY:
-        if pods.containers_ready():
-            # The whole gang enters rotation together.
-            for pod in pods.live:
-                if not P.gate_set(pod):
-                    work.serve(pod, True)
-            operation["step"] = WAIT_AVAILABLE
+        enter_rotation_when_ready(work, row)
         return
     if operation["step"] == WAIT_AVAILABLE:
         finish_when_available(work, row, "ready")
+
+
+def enter_rotation_when_ready(work: Work, row: dict) -> None:
+    """WaitReady: once the containers of all the Instance's pods are ready, every pod
+    gets the serving gate in the same pass, so a gang enters rotation together."""
+    pods = work.instance(row)
+    if pods.containers_ready():
+        for pod in pods.live:
+            if not P.gate_set(pod):
+                work.serve(pod, True)
+        row["operation"]["step"] = WAIT_AVAILABLE
 
 
 def _clear_leftovers(work: Work, row: dict) -> bool:

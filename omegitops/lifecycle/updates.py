@@ -24,6 +24,7 @@ from omegitops.lifecycle.operations import (
     GONE,
     WAIT_AVAILABLE,
     WAIT_READY,
+    enter_rotation_when_ready,
     finish_when_available,
     new_row,
     open_delete,
@@ -445,11 +446,7 @@ def bring_up(work: Work, row: dict) -> None:
         record_failure(work, row, row["revision"], failure)
         return
     if operation["step"] == WAIT_READY:
-        if instance.containers_ready():
-            for pod in instance.live:
-                if not P.gate_set(pod):
-                    work.serve(pod, True)
-            operation["step"] = WAIT_AVAILABLE
+        enter_rotation_when_ready(work, row)
         return
     if finish_when_available(work, row, "restarted" if what == "restart" else "updated"):
         row.pop("attempts", None)
