@@ -320,12 +320,8 @@ class Campaign:
             # partly in rotation until the next pass: the scenario invariants (gangs in
             # rotation together, and whole unless a fault from outside broke one) hold
             # after every pass that ran through.
-            max_rows = Counter(self.ceiling)
-            for svc in self.services:
-                if self._uncapped(svc):
-                    max_rows[svc.ceiling_key] = self._instance_ceiling(
-                        svc, rows_of.get(svc.name, {})) // 2
-            check_invariants(cluster, max_rows, self.items, whole=not self.faults_seen)
+            check_invariants(cluster, Counter(self.ceiling), self.items,
+                             whole=not self.faults_seen)
         instances: dict[tuple, list[dict]] = {}
         by_component: dict[tuple, list[dict]] = {}
         for pod in pods:
@@ -357,11 +353,7 @@ class Campaign:
             self._check_rows(svc, status, rows)
             self._check_budgets(svc, rows, by_component.get(svc.key, []))
             if clean and busy.get(svc.replica_name) is False:
-                self._at_rest(svc, rows)
-
-    @staticmethod
-    def _uncapped(svc: Service) -> bool:
-        return svc.strategy == "SurgeThenDrain" and svc.rolling.get("maxSurge") is None
+                self._at_rest(svc, rows, by_component.get(svc.key, []))
 
     def _instance_ceiling(self, svc: Service, rows: dict[int, dict]) -> int:
         """How many Instances' worth of live pods the component may carry."""
@@ -371,10 +363,9 @@ class Campaign:
         surge = scaled_value(svc.rolling.get("maxSurge"), most)
         if surge is not None:
             return most + surge
-        # No maxSurge: every Instance may surge at once, and nothing caps the gang
-        # replacements of failed attempts still being deleted beside new ones (the
-        # documents hold extra pods to a budget only when maxSurge is capped).
-        return max(2 * most, 2 * len(rows))
+        # No maxSurge: every Instance may surge at once, one replacement each (a gang's
+        # next attempt waits until the replacement of a failed one is gone).
+        return 2 * most
 
     def _check_rows(self, svc: Service, status: dict, rows: dict[int, dict]) -> None:
         gang = svc.workers is not None
@@ -415,12 +406,16 @@ class Campaign:
         assert len(down) <= budget, (
             f"{svc.name}: {len(down)} Instances out of service, budget {budget}", rows)
 
-    def _at_rest(self, svc: Service, rows: dict[int, dict]) -> None:
+    def _at_rest(self, svc: Service, rows: dict[int, dict], pods: list[dict]) -> None:
         """A component seen at rest after a clean pass starts a fresh budget window."""
         self.ceiling[svc.ceiling_key] = svc.replicas
-        # A fault still in force (a silent node, a hung pod) may not show yet.
+        # A fault still in force (a silent node, a hung pod) may not show yet, and a
+        # fault's after-effects may still be under way (pods a lost node's taint
+        # manager is deleting): the window starts once every pod stands.
         lasting = any(svc.key in affected for *_, affected in self.to_clear)
-        if not lasting and all(row.get("phase") == "Ready" for row in rows.values()):
+        standing = [p for p in pods if not P.is_terminating(p) and not P.has_ended(p)]
+        whole = len(standing) == len(pods) == svc.replicas * svc.pods_per_instance
+        if not lasting and whole and all(row.get("phase") == "Ready" for row in rows.values()):
             self.disturbed.discard(svc.key)
 
     # -- faults and changes ----------------------------------------------------------
@@ -456,9 +451,13 @@ class Campaign:
         self._external(f"{kind} on {name}")
 
     def unschedulable(self, duration: int) -> None:
+        # Every node cordoned touches every component: an Instance that could not be
+        # placed is out of service by the fault, not by a budget omegitops spent.
+        affected = frozenset(svc.key for svc in self.services)
         with SimCluster(self.path) as cluster:
             cluster.inject_fault("unschedulable")
-        self.to_clear.append((self.passes + duration, "unschedulable", {}, frozenset()))
+        self.to_clear.append((self.passes + duration, "unschedulable", {}, affected))
+        self.disturbed |= affected
         self._external("unschedulable")
 
     def bad_image(self, svc: Service, duration: int) -> None:

@@ -89,8 +89,11 @@ def finish_when_available(work: Work, row: dict, verb: str) -> bool:
     """Ready once every pod has been Ready for minReadySeconds; the window starts
     over when a pod stops being Ready. Returns whether the Instance is Ready."""
     pods = work.instance(row)
+    # The Instance was admitted to rotation whole at WaitReady; a gate lost since (a
+    # write that failed) is put back on every pod, ready or not, so a gang is never
+    # left partly in rotation. A pod that is not ready serves nothing either way.
     for pod in pods.live:
-        if P.containers_ready(pod) and not P.gate_set(pod):
+        if not P.gate_set(pod):
             work.serve(pod, True)
     since = pods.ready_since()
     if since is None:

@@ -330,6 +330,10 @@ def _surge_gang(work: Work, row: dict) -> str | None:
     step = operation["step"]
     source = work.instance(row)
     if step == SURGE_CREATE:
+        # As a single pod's start evicts what an earlier attempt left, a gang's waits
+        # until an abandoned replacement of an earlier attempt is gone.
+        if any(r.get("surgeOf") == row["index"] for r in work.rows.values()):
+            return None
         index = _lowest_free_index(work)
         replacement = new_row(index, 1, target, CREATING, work.operation(CREATE, CREATE_PODS))
         replacement["surgeOf"] = row["index"]

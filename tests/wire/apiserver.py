@@ -35,6 +35,14 @@ What it does as the real one does:
 - validates and prunes custom resources against the CRD's schema when given
   one (``crd_schemas``), as a structural schema makes the real one do.
 
+With ``store=`` (e.g. ``simstore.SimStore``), objects live in that store instead
+of the double's own dicts: reads come from ``store.objects(served)`` and
+``store.get(...)`` (selectors are still applied here), and every write
+(POST, PUT, PATCH, DELETE) goes to ``store.create/update/patch/delete``, which
+answer as the verbs here do (raising ``ApiError``). Routing, discovery, faults
+and the request log stay the double's. ``add``, ``modify`` and
+``finish_terminating`` are for the double's own storage only.
+
 What it does not: watches, pagination (``limit``/``continue``), server-side
 apply, dry runs, admission (defaults, quotas, namespaces that must exist),
 owner-reference garbage collection, authentication and RBAC, protobuf/CBOR.
@@ -164,6 +172,7 @@ class ApiServerDouble:
     crd_schemas: dict[str, dict] = field(default_factory=dict)  # plural -> openAPIV3Schema
     clock: Any = time.time
     log_size: int = 5000
+    store: Any = None  # another storage for the objects (see the module docstring)
 
     def __post_init__(self) -> None:
         self.lock = threading.RLock()
@@ -238,6 +247,7 @@ class ApiServerDouble:
 
     def add(self, obj: dict) -> dict:
         """Store an object as a create would, without HTTP (fixtures: nodes, namespaces)."""
+        self._own_storage("add")
         served = self._served_for(obj)
         namespace = obj.get("metadata", {}).get("namespace") if served.namespaced else None
         with self.lock:
@@ -258,6 +268,7 @@ class ApiServerDouble:
     def modify(self, kind: str, namespace: str | None, name: str, change) -> dict:
         """Change a stored object in place as a controller would (``change(obj)``), bumping
         its resourceVersion: a kubelet binding a pod, another writer racing us."""
+        self._own_storage("modify")
         served = self._served_kind(kind)
         with self.lock:
             obj = self._objects(served)[(namespace or "", name)]
@@ -268,6 +279,7 @@ class ApiServerDouble:
     def finish_terminating(self, *, all_pods: bool = True) -> int:
         """Remove terminating pods (all, or those whose grace has passed) that have no
         finalizers, as the kubelet and garbage collector would; returns how many."""
+        self._own_storage("finish_terminating")
         served = self._served[("v1", "pods")]
         now = self.clock()
         gone = 0
@@ -328,17 +340,26 @@ class ApiServerDouble:
             return 200, self._list(served, namespace, query)
         if method == "GET":
             return 200, self._read(served, namespace, name)
+        store = self.store
         if method == "POST" and name is None:
             if served.namespaced and namespace is None:
                 raise ApiError(405, "MethodNotAllowed", "POST needs a namespace in the path")
+            if store is not None:
+                return 201, store.create(self, served, namespace, _object_body(body))
             return 201, self._create(served, namespace, _object_body(body))
         if name is None:
             raise ApiError(405, "MethodNotAllowed", f"{method} on a collection is not supported")
         if method == "PUT":
+            if store is not None:
+                return 200, store.update(self, served, namespace, name, _object_body(body), sub)
             return 200, self._update(served, namespace, name, _object_body(body), sub)
         if method == "PATCH":
+            if store is not None:
+                return 200, store.patch(self, served, namespace, name, sub, content_type, body)
             return 200, self._patch(served, namespace, name, sub, content_type, body)
         if method == "DELETE" and sub is None:
+            if store is not None:
+                return 200, store.delete(self, served, namespace, name, query, body or {})
             return 200, self._delete(served, namespace, name, query, body or {})
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
 
@@ -412,7 +433,7 @@ class ApiServerDouble:
                     item.pop("apiVersion", None)
                 items.append(item)
         return {"kind": f"{served.kind}List", "apiVersion": served.group_version,
-                "metadata": {"resourceVersion": str(self.resource_version)}, "items": items}
+                "metadata": {"resourceVersion": self._list_version()}, "items": items}
 
     def _read(self, served: Served, namespace: str | None, name: str) -> dict:
         return copy.deepcopy(self._stored(served, namespace, name))
@@ -593,10 +614,25 @@ class ApiServerDouble:
     # -- helpers ----------------------------------------------------------------------
 
     def _objects(self, served: Served) -> dict[tuple[str, str], dict]:
+        if self.store is not None:
+            return self.store.objects(served)  # a snapshot: writes go through the store
         return self._store.setdefault((served.group_version, served.plural), {})
 
+    def _own_storage(self, what: str) -> None:
+        if self.store is not None:
+            raise TypeError(f"{what}: the objects live in {type(self.store).__name__}; "
+                            "change them there")
+
+    def _list_version(self) -> str:
+        if self.store is not None:
+            return self.store.resource_version()
+        return str(self.resource_version)
+
     def _stored(self, served: Served, namespace: str | None, name: str) -> dict:
-        obj = self._objects(served).get((namespace or "", name))
+        if self.store is not None:
+            obj = self.store.get(served, namespace, name)
+        else:
+            obj = self._objects(served).get((namespace or "", name))
         if obj is None:
             raise ApiError(404, "NotFound", f'{served.qualified()} "{name}" not found')
         return obj
