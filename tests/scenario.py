@@ -205,10 +205,11 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
         if not lifecycle.managed:
             continue
         need = 1 + lifecycle.worker_size if lifecycle.shape == "gang" else 1
-        surge = scaled_value(lifecycle.value("updateStrategy.rollingUpdate.maxSurge"),
-                             lifecycle.replicas)
-        ceiling = max_rows[(key[1], key[2])] + (surge if surge is not None
-                                                else max_rows[(key[1], key[2])])
+        # Scaling down from the most this component wanted shrinks a percentage budget,
+        # but the Instances on their way out still hold their pods until unrouted.
+        most = max_rows[(key[1], key[2])]
+        surge = scaled_value(lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), most)
+        ceiling = most + (surge if surge is not None else most)
         assert live_by_component[key] <= ceiling * need, (key, live_by_component[key])
     replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
     for replica in replicas:
