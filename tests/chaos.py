@@ -244,6 +244,8 @@ class Campaign:
     to_clear: list = field(default_factory=list)
     previous_rows: dict = field(default_factory=dict)
     faults_seen: bool = False
+    # Whether each Instance served when last seen with no operation.
+    served_at_rest: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.repo = self.tmp / "repo"
@@ -399,10 +401,18 @@ class Campaign:
         groups: dict[int, list[dict]] = {}
         for pod in pods:
             groups.setdefault(int(pod["metadata"]["labels"][LABEL_INDEX]), []).append(pod)
-        down = [row["index"] for row in _filling(rows, svc.workers is not None)
-                if (row.get("operation") or {}).get("type") != "Create"
-                and InstancePods(need, groups.get(row["index"], [])).serving_pod_count() == 0]
-        # Instances still being created only count once they served.
+        down = []
+        for row in _filling(rows, svc.workers is not None):
+            key = (svc.name, row["index"])
+            serving = InstancePods(need, groups.get(row["index"], [])).serving_pod_count() > 0
+            if not row.get("operation"):
+                self.served_at_rest[key] = serving
+            # Instances still being created only count once they served, and one that
+            # served nothing when its operation began costs no budget to move (the
+            # documents: a repair or update of such an Instance starts without waiting).
+            if (row.get("operation") or {}).get("type") != "Create" and not serving \
+                    and self.served_at_rest.get(key, True):
+                down.append(row["index"])
         assert len(down) <= budget, (
             f"{svc.name}: {len(down)} Instances out of service, budget {budget}", rows)
 

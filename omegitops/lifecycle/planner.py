@@ -216,6 +216,10 @@ def _step_creating(work: Work, row: dict) -> None:
         pods = work.instance(row).pods
         ended = [p for p in pods if P.has_ended(p) and not P.is_terminating(p)]
         if ended:
+            # The gang leaves rotation with the recycled pod and re-enters it whole.
+            for pod in pods:
+                if P.gate_set(pod) and not P.has_ended(pod) and not P.is_terminating(pod):
+                    work.serve(pod, False)
             for pod in ended:
                 row["lastFailure"] = ended_failure(work, pod)
                 work.delete(pod, 0)
