@@ -268,6 +268,8 @@ def test_partition_stages_the_rollout_as_the_document_shows(tmp_path):
     {"lifecycle": strategy("RecreatePod", maxUnavailable=1)},
     {"lifecycle": {"minReadySeconds": 60}},
     {"lifecycle": strategy(maxSurge=3, maxUnavailable=2)},
+    # restart-policy.txt: changing the policy doesn't start a rollout.
+    {"lifecycle": {"restartPolicy": "RecreateInstanceOnPodRestart"}},
 ])
 def test_lifecycle_only_changes_start_no_rollout(tmp_path, what):
     scenario, change = make(tmp_path, replicas=2)
