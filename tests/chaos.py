@@ -408,10 +408,11 @@ class Campaign:
             if not row.get("operation"):
                 self.served_at_rest[key] = serving
             # Instances still being created only count once they served, and one that
-            # served nothing when its operation began costs no budget to move (the
-            # documents: a repair or update of such an Instance starts without waiting).
+            # served nothing when its operation began (or never served at all, such as
+            # a Failed Instance a new revision reaches) costs no budget to move: the
+            # documents' repairs and updates of such Instances start without waiting.
             if (row.get("operation") or {}).get("type") != "Create" and not serving \
-                    and self.served_at_rest.get(key, True):
+                    and self.served_at_rest.get(key, False):
                 down.append(row["index"])
         assert len(down) <= budget, (
             f"{svc.name}: {len(down)} Instances out of service, budget {budget}", rows)
