@@ -53,6 +53,18 @@ def ended_failure(work: Work, pod: dict) -> dict:
                           status.get("message") or "pod ended")
 
 
+def check_instance(work: Work, row: dict) -> dict | None:
+    """The failure of the operation bringing ``row``'s own pods up, or None.
+
+    instances.txt: OME never fails an Instance whose pods all serve, at the desired
+    count; such an Instance only waits for its window.
+    """
+    instance = work.instance(row)
+    if instance.serving_pod_count() >= work.needed and len(instance.live) >= work.needed:
+        return None
+    return check_pods(work, row["operation"], instance.pods)
+
+
 def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
     """The failure of an operation bringing ``pods`` up, or None while it may go on."""
     stuck_grace = work.seconds("stuckPodGracePeriod")

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, DeleteObject, Event
-from omegitops.lifecycle.failures import check_pods, ended_failure
+from omegitops.lifecycle.failures import check_instance, ended_failure
 from omegitops.lifecycle.operations import (
     CREATE_PODS,
     GONE,
@@ -228,8 +228,11 @@ def _step_creating(work: Work, row: dict) -> None:
                            f"{row['lastFailure']['reason']}")
             operation["step"] = CREATE_PODS
             return
-        failure = check_pods(work, operation, pods)
+        failure = check_instance(work, row)
         if failure is not None:
+            for pod in work.instance(row).live:
+                if P.gate_set(pod):
+                    work.serve(pod, False)  # a Failed Instance leaves rotation whole
             row["phase"] = FAILED
             row["lastFailure"] = failure
             work.event("Warning", "InstanceFailed", row["index"],

@@ -18,7 +18,7 @@ import copy
 
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import PatchImages
-from omegitops.lifecycle.failures import check_pods
+from omegitops.lifecycle.failures import check_instance, check_pods
 from omegitops.lifecycle.operations import (
     CREATE_PODS,
     GONE,
@@ -441,8 +441,9 @@ def bring_up(work: Work, row: dict) -> None:
         if not created:
             operation["step"] = WAIT_READY
         return
-    failure = check_pods(work, operation, instance.pods)
+    failure = check_instance(work, row)
     if failure is not None:
+        _out_of_rotation(work, row)
         row["phase"] = FAILED
         work.event("Warning", f"{what.capitalize()}Failed", row["index"],
                    f"{what} at {row['revision']} failed: {failure['reason']}: "
@@ -485,8 +486,9 @@ def _in_place(work: Work, row: dict) -> None:
         row["revision"] = operation["targetRevision"]
         operation["step"] = WAIT_READY
         return
-    failure = check_pods(work, operation, instance.pods)
+    failure = check_instance(work, row)
     if failure is not None:
+        _out_of_rotation(work, row)
         row["phase"] = FAILED
         work.event("Warning", "UpdateFailed", row["index"],
                    f"in-place update to {row['revision']} failed: {failure['reason']}")
@@ -515,6 +517,13 @@ def _patch_images(work: Work, pods: list[dict], images: dict[str, str]) -> None:
         if changed:
             meta = pod["metadata"]
             work.actions.append(PatchImages(meta["namespace"], meta["name"], changed))
+
+
+def _out_of_rotation(work: Work, row: dict) -> None:
+    """A Failed Instance leaves rotation whole: none of its pods keeps the gate."""
+    for pod in work.instance(row).live:
+        if P.gate_set(pod):
+            work.serve(pod, False)
 
 
 def _runs_images(pod: dict, images: dict[str, str]) -> bool:
