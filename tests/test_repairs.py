@@ -341,3 +341,16 @@ def test_crashing_instances_back_off_between_attempts():
     assert pauses == ["1970-01-01T00:17:10Z", "1970-01-01T00:17:40Z", "1970-01-01T00:18:40Z",
                       "1970-01-01T00:20:40Z", "1970-01-01T00:21:40Z", "1970-01-01T00:21:40Z"]
     assert not work.retries  # a crash never counts toward a hold
+
+
+def test_an_instance_whose_pods_all_serve_is_never_failed(tmp_path):
+    """instances.txt: a deadline shorter than the minReadySeconds window does not fail
+    an Instance that serves at the desired count; it only waits for its window."""
+    values = {"lifecycle": {"instanceReadyTimeout": "2m"}}
+    repo = tmp_path / "repo"
+    write_service(repo, replicas=1, values=values, lifecycle={"minReadySeconds": 600})
+    scenario = Scenario(tmp_path, repo)
+    scenario.until_idle()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["lastFailure"]) == ("Ready", None)
+    assert not scenario.events("InstanceFailed")
