@@ -66,9 +66,7 @@ def enter_rotation_when_ready(work: Work, row: dict) -> None:
     gets the serving gate in the same pass, so a gang enters rotation together."""
     pods = work.instance(row)
     if pods.containers_ready():
-        for pod in pods.live:
-            if not P.gate_set(pod):
-                work.serve(pod, True)
+        work.route(pods.live, True)
         row["operation"]["step"] = WAIT_AVAILABLE
 
 
@@ -92,9 +90,7 @@ def finish_when_available(work: Work, row: dict, verb: str) -> bool:
     # The Instance was admitted to rotation whole at WaitReady; a gate lost since (a
     # write that failed) is put back on every pod, ready or not, so a gang is never
     # left partly in rotation. A pod that is not ready serves nothing either way.
-    for pod in pods.live:
-        if not P.gate_set(pod):
-            work.serve(pod, True)
+    work.route(pods.live, True)
     since = pods.ready_since()
     if since is None:
         return False
@@ -114,9 +110,7 @@ def step_delete(work: Work, row: dict) -> str | None:
     operation = row["operation"]
     pods = work.groups.get(row["index"], [])
     if operation["step"] == UNROUTE:
-        for pod in pods:
-            if P.gate_set(pod) and not P.is_terminating(pod):
-                work.serve(pod, False)
+        work.route(pods, False)
         operation["step"] = DELETE_PODS
         return None
     grace = operation.get("abandonGrace")  # a replacement that never served goes fast
@@ -178,6 +172,4 @@ def rest(work: Work, row: dict) -> None:
     in rotation as a whole (a pod the kubelet restarted gets its gate back)."""
     pods = work.instance(row)
     if row["phase"] == READY and pods.containers_ready():
-        for pod in pods.live:
-            if not P.gate_set(pod):
-                work.serve(pod, True)
+        work.route(pods.live, True)

@@ -217,9 +217,7 @@ def _step_creating(work: Work, row: dict) -> None:
         ended = [p for p in pods if P.has_ended(p) and not P.is_terminating(p)]
         if ended:
             # The gang leaves rotation with the recycled pod and re-enters it whole.
-            for pod in pods:
-                if P.gate_set(pod) and not P.has_ended(pod) and not P.is_terminating(pod):
-                    work.serve(pod, False)
+            work.route(pods, False)
             for pod in ended:
                 row["lastFailure"] = ended_failure(work, pod)
                 work.delete(pod, 0)
@@ -230,9 +228,7 @@ def _step_creating(work: Work, row: dict) -> None:
             return
         failure = check_instance(work, row)
         if failure is not None:
-            for pod in work.instance(row).live:
-                if P.gate_set(pod):
-                    work.serve(pod, False)  # a Failed Instance leaves rotation whole
+            work.route(work.instance(row).live, False)  # a Failed Instance leaves whole
             row["phase"] = FAILED
             row["lastFailure"] = failure
             work.event("Warning", "InstanceFailed", row["index"],

@@ -167,17 +167,14 @@ def _surge_single(work: Work, row: dict) -> str | None:
             return _surge_failed(work, row, failure, new_live)
     if step == SURGE_WAIT_READY:
         if new_live and all(P.containers_ready(p) for p in new_live):
-            for pod in new_live:
-                work.serve(pod, True)
+            work.route(new_live, True)
             operation["served"] = True
             operation["step"] = SURGE_WAIT_AVAILABLE
         return None
     if step == SURGE_WAIT_AVAILABLE:
         # A pass cut short after recording this step may not have put the new pod into
         # rotation: do it now (as finish_when_available does), or this waits forever.
-        for pod in new_live:
-            if P.containers_ready(pod) and not P.gate_set(pod):
-                work.serve(pod, True)
+        work.route(new_live, True)
         if _available(work, new_live):
             operation["step"] = HAND_OVER
         return None
@@ -201,9 +198,7 @@ def _drain_source(work: Work, row: dict, live: list[dict], listed: list[dict], p
     operation = row["operation"]
     step = operation["step"]
     if step == HAND_OVER:
-        for pod in live:
-            if P.gate_set(pod):
-                work.serve(pod, False)
+        work.route(live, False)
         operation["handedOver"] = True
         operation["step"] = DRAIN_OLD
         return None
@@ -240,10 +235,8 @@ def _abandon_single(work: Work, row: dict, mine: list[dict]) -> None:
         operation["step"] = ABANDON
         work.event("Normal", SURGE_ABANDONED, row["index"], _superseded_message(work, row))
     live = [p for p in mine if not P.is_terminating(p)]
-    gated = [p for p in live if P.gate_set(p)]
-    if gated:
-        for pod in gated:
-            work.serve(pod, False)
+    if any(P.gate_set(p) and not P.has_ended(p) for p in live):
+        work.route(live, False)
         return
     if live:
         grace = None if operation.get("served") else _abandon_grace(work)
@@ -278,9 +271,7 @@ def _replacement_lost(work: Work, row: dict, source: list[dict], reason: str) ->
     standing = [p for p in source if not P.is_terminating(p)]
     prefix = f"abandoned superseded surge to {target}"
     if standing:
-        for pod in standing:
-            if not P.gate_set(pod):
-                work.serve(pod, True)
+        work.route(standing, True)
         row["operation"] = None
         row["phase"] = READY
         work.event("Normal", reason, row["index"], (
@@ -299,9 +290,7 @@ def _replacement_lost(work: Work, row: dict, source: list[dict], reason: str) ->
 def _surge_failed(work: Work, row: dict, failure: dict, new_live: list[dict]) -> None:
     """The old pod keeps serving; a live new pod stays as an extra until the next start."""
     target = row["operation"]["targetRevision"]
-    for pod in new_live:
-        if P.gate_set(pod):
-            work.serve(pod, False)
+    work.route(new_live, False)
     for pod in work.groups.get(row["index"], []):
         if P.has_ended(pod):
             work.delete(pod)
@@ -402,9 +391,7 @@ def recreate(work: Work, row: dict, retarget: bool) -> None:
     step = operation["step"]
     pods = work.groups.get(row["index"], [])
     if step == UNROUTE:
-        for pod in pods:
-            if P.gate_set(pod) and not P.is_terminating(pod):
-                work.serve(pod, False)
+        work.route(pods, False)
         operation["step"] = DELETE_PODS
         return
     if step == DELETE_PODS:
@@ -476,9 +463,7 @@ def _in_place(work: Work, row: dict) -> None:
         "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle", True)
     if step == UNROUTE:
         if mark:
-            for pod in instance.live:
-                if P.gate_set(pod):
-                    work.serve(pod, False)
+            work.route(instance.live, False)
         operation["step"] = PATCH_IMAGES
         return
     if step == PATCH_IMAGES:
@@ -501,9 +486,7 @@ def _in_place(work: Work, row: dict) -> None:
         # for them until the deadline (forever without one).
         _patch_images(work, instance.live, images)
         if instance.containers_ready() and all(_runs_images(p, images) for p in instance.live):
-            for pod in instance.live:
-                if not P.gate_set(pod):
-                    work.serve(pod, True)
+            work.route(instance.live, True)
             operation["step"] = WAIT_AVAILABLE
         return
     finish_when_available(work, row, "updated in place")
@@ -521,9 +504,7 @@ def _patch_images(work: Work, pods: list[dict], images: dict[str, str]) -> None:
 
 def _out_of_rotation(work: Work, row: dict) -> None:
     """A Failed Instance leaves rotation whole: none of its pods keeps the gate."""
-    for pod in work.instance(row).live:
-        if P.gate_set(pod):
-            work.serve(pod, False)
+    work.route(work.instance(row).live, False)
 
 
 def _runs_images(pod: dict, images: dict[str, str]) -> bool:

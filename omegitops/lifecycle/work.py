@@ -142,6 +142,15 @@ class Work:
         meta = pod["metadata"]
         self.actions.append(SetServing(meta["namespace"], meta["name"], serving))
 
+    def route(self, pods: list[dict], serving: bool) -> None:
+        """Put ``pods`` into rotation (or take them out) through the ``ome.io/serving``
+        gate, writing only where it differs; pods going away or ended are left alone."""
+        for pod in pods:
+            if P.is_terminating(pod) or P.has_ended(pod):
+                continue
+            if P.gate_set(pod) != serving:
+                self.serve(pod, serving)
+
     def delete(self, pod: dict, grace: int | None = None) -> None:
         if P.is_terminating(pod):
             return
