@@ -438,8 +438,10 @@ class ApiServerDouble:
     def _read(self, served: Served, namespace: str | None, name: str) -> dict:
         return copy.deepcopy(self._stored(served, namespace, name))
 
-    def _create(self, served: Served, namespace: str | None, obj: dict,
-                keep_status: bool = False) -> dict:
+    def admit_create(self, served: Served, namespace: str | None, obj: dict) -> str | None:
+        """What the API server checks and fills on every create, whatever stores it:
+        kind, namespace, a name (from generateName) and no resourceVersion. Returns the
+        namespace the object lands in."""
         meta = obj.setdefault("metadata", {})
         self._check_type(served, obj)
         if served.namespaced:
@@ -459,12 +461,18 @@ class ApiServerDouble:
         if meta.get("resourceVersion"):
             raise ApiError(422, "Invalid", "metadata.resourceVersion: Invalid value: "
                            "resourceVersion should not be set on objects to be created")
+        obj["apiVersion"], obj["kind"] = served.group_version, served.kind
+        return namespace
+
+    def _create(self, served: Served, namespace: str | None, obj: dict,
+                keep_status: bool = False) -> dict:
+        namespace = self.admit_create(served, namespace, obj)
+        meta = obj["metadata"]
         objects = self._objects(served)
         key = (namespace or "", meta["name"])
         if key in objects:
             raise ApiError(409, "AlreadyExists",
                            f'{served.qualified()} "{meta["name"]}" already exists')
-        obj["apiVersion"], obj["kind"] = served.group_version, served.kind
         for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(transient, None)
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=self._now_text(), generation=1)

@@ -45,8 +45,6 @@ sim's clock and advances the sim; everything else is the unchanged ``KubeCluster
 from __future__ import annotations
 
 import copy
-import random
-import string
 from datetime import datetime
 from typing import Any
 
@@ -112,23 +110,8 @@ class SimStore:
 
     def create(self, api: ApiServerDouble, served: Served, namespace: str | None,
                obj: dict) -> dict:
-        meta = obj.setdefault("metadata", {})
-        api._check_type(served, obj)
-        if served.namespaced:
-            if meta.get("namespace") and namespace and meta["namespace"] != namespace:
-                raise ApiError(400, "BadRequest", "the namespace of the provided object does "
-                               "not match the namespace sent on the request")
-            meta["namespace"] = namespace or meta.get("namespace")
-        if not meta.get("name"):
-            if not meta.get("generateName"):
-                raise ApiError(422, "Invalid",
-                               "metadata.name: Required value: name or generateName is required")
-            suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
-            meta["name"] = meta["generateName"] + suffix
-        if meta.get("resourceVersion"):
-            raise ApiError(422, "Invalid", "metadata.resourceVersion: Invalid value: "
-                           "resourceVersion should not be set on objects to be created")
-        obj["apiVersion"], obj["kind"] = served.group_version, served.kind
+        namespace = api.admit_create(served, namespace, obj)
+        meta = obj["metadata"]
         path = _path(served, namespace, None, None)
         if served.kind == base.POD:
             _check_pod(obj)
