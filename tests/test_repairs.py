@@ -354,3 +354,16 @@ def test_an_instance_whose_pods_all_serve_is_never_failed(tmp_path):
     row = rows(scenario)[0]
     assert (row["phase"], row["lastFailure"]) == ("Ready", None)
     assert not scenario.events("InstanceFailed")
+
+
+def test_a_restart_under_way_finishes_when_the_policy_changes(tmp_path):
+    """restart-policy.txt: changing the policy starts no rollout, and a restart already
+    under way still finishes."""
+    scenario, change = make(tmp_path, replicas=1, lifecycle=RECREATE)
+    before = scenario.replica(NAME)["spec"]["revision"]
+    scenario.fault("oom", pod="svc-engine-0-default-0")
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Restarting")
+    change(lifecycle={"restartPolicy": "None"})
+    scenario.until_idle()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["incarnation"], row["revision"]) == ("Ready", 2, before)

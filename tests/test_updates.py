@@ -487,3 +487,21 @@ def test_the_documents_hold_at_max_unavailable_zero(tmp_path):
     assert hold["reason"] == "per-Component unavailability budget 0 exhausted (would become 1)"
     assert hold["target"] == plan.replica["spec"]["revision"]
     assert hold["since"] == "2026-09-27T08:00:35Z"
+
+
+def test_a_replacement_that_never_served_goes_with_the_abandon_grace(tmp_path):
+    """update-strategies.txt: a pod that never served is deleted with
+    abandonedReplacementGracePeriod instead of its own terminationGracePeriodSeconds."""
+    from omegitops.cluster.sim import SimCluster
+    from omegitops.lifecycle.actions import DeletePod
+    from omegitops.reconcile import plan_all
+
+    values = {"lifecycle": {"abandonedReplacementGracePeriod": "30s"}}
+    scenario, change = make(tmp_path, replicas=1, grace=300, values=values)
+    change(image="sglang:v2")
+    scenario.until(lambda s: step_of(s) == "SurgeWaitReady")
+    change(image="sglang:v3")
+    with SimCluster(scenario.path) as cluster:  # the plan, without applying it
+        result = plan_all(cluster, scenario.items())
+    deletes = [a for _, plan in result.plans for a in plan.actions if isinstance(a, DeletePod)]
+    assert deletes == [DeletePod("demo", "svc-engine-0-default-1", 30)]
