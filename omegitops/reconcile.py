@@ -296,7 +296,8 @@ def _apply(cluster: Cluster, action: Action) -> None:
                                   reason="OMENative",
                                   message="in rotation" if action.serving else "out of rotation")
     elif isinstance(action, PatchImages):
-        cluster.patch_pod_images(action.namespace, action.name, dict(action.images))
+        cluster.patch_pod_images(action.namespace, action.name, dict(action.images),
+                                 dict(action.labels))
     elif isinstance(action, ApplyObject):
         if action.exists:
             cluster.replace_object(action.obj)

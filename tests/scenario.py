@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from omegitops.cluster.base import INFERENCE_REPLICA
+from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA
 from omegitops.cluster.errors import Transient
 from omegitops.cluster.sim import SimCluster
 from omegitops.lifecycle import pods as P
@@ -180,6 +180,7 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
         key = (meta["namespace"], labels[LABEL_ISVC], labels[LABEL_COMPONENT],
                int(labels[LABEL_INDEX]))
         by_instance.setdefault(key, []).append(pod)
+    _check_revision_labels(cluster, pods)
     shapes = {(i.service.id.namespace, i.service.id.name, i.lifecycle.component): i.lifecycle
               for i in items}
     live_by_component: Counter = Counter()
@@ -225,6 +226,25 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
         for key in by_instance:
             if key[:3] == (namespace, spec["inferenceService"], spec["component"]):
                 assert key[3] in indices, f"pods of Instance {key} have no row"
+
+
+def _check_revision_labels(cluster, pods: list[dict]) -> None:
+    """A pod never carries a revision label whose template it does not run: its
+    containers' images are those its ``ome.io/revision`` stores for its runner (a
+    revision whose ControllerRevision is gone can't be checked, and is skipped)."""
+    stored = {(r["metadata"]["namespace"], r["metadata"]["name"]):
+              (r.get("data") or {}).get("templates") or {}
+              for r in cluster.list_objects(CONTROLLER_REVISION)}
+    for pod in pods:
+        meta = pod["metadata"]
+        templates = stored.get((meta["namespace"], meta["labels"][LABEL_REVISION]))
+        template = (templates or {}).get(meta["labels"][LABEL_RUNNER])
+        if template is None:
+            continue
+        want = {c["name"]: c.get("image") for c in template["spec"].get("containers") or []}
+        have = {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
+        assert have == want, (f"pod {meta['name']} is labelled {meta['labels'][LABEL_REVISION]}"
+                              f" ({want}) but runs {have}")
 
 
 def converged(tmp_path: Path, **service):

@@ -104,6 +104,19 @@ def test_evicted_pod_none_policy_replaces_only_that_pod(tmp_path):
     assert (row["phase"], row["incarnation"]) == ("Ready", 1)
 
 
+def test_an_evicted_pod_at_the_surge_ordinal_is_replaced_at_that_ordinal(tmp_path):
+    """After a SurgeThenDrain update the Instance runs ordinal 1: under the None policy
+    the lost pod comes back under its own name, not at ordinal 0 beside the row."""
+    scenario, change = make(tmp_path, replicas=1, grace=5)
+    change(image="sglang:v2", grace=5)
+    scenario.until_idle()
+    scenario.fault("evict", pod="svc-engine-0-default-1")
+    scenario.until_idle(max_passes=60)
+    row = rows(scenario)[0]
+    assert (row["phase"], row["incarnation"], row["ordinal"]) == ("Ready", 1, 1)
+    assert [p["metadata"]["name"] for p in scenario.pods()] == ["svc-engine-0-default-1"]
+
+
 def test_evicted_pod_recreate_policy_restarts_the_instance(tmp_path):
     scenario, _ = make(tmp_path, replicas=1, lifecycle=RECREATE)
     scenario.fault("evict", pod="svc-engine-0-default-0")

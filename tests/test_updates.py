@@ -200,6 +200,52 @@ def test_in_place_image_change_keeps_pod_name_node_and_incarnation(tmp_path):
     assert all(p["spec"]["containers"][0]["image"] == "sglang:v2" for p in scenario.pods())
 
 
+@pytest.mark.parametrize("kind", ["InPlaceIfPossible", "InPlaceOnly"])
+def test_in_place_update_moves_the_revision_label_with_the_images(tmp_path, kind):
+    """The images and the ``ome.io/revision`` label change in one patch, so a pod never
+    carries a revision label whose template it does not run (checked every pass)."""
+    life = strategy(kind, maxUnavailable=1)
+    scenario, change = make(tmp_path, replicas=2, lifecycle=life)
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in scenario.pods()}
+    change(image="sglang:v2", lifecycle=life)
+    scenario.until_idle()
+    target = revision(scenario)
+    pods = scenario.pods()
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods} == uids
+    assert {p["metadata"]["labels"]["ome.io/revision"] for p in pods} == {target}
+    assert {p["metadata"]["labels"]["ome.io/instance-incarnation"] for p in pods} == {"1"}
+
+
+@pytest.mark.parametrize("life, incarnation, names", [
+    (strategy("InPlaceIfPossible", maxUnavailable=1), 1,
+     ["svc-engine-0-default-0", "svc-engine-1-default-0"]),
+    (strategy("RecreatePod", maxUnavailable=1), 2,
+     ["svc-engine-0-default-0", "svc-engine-1-default-0"]),
+    (strategy("SurgeThenDrain", maxSurge=1), 1,
+     ["svc-engine-0-default-1", "svc-engine-1-default-1"]),
+])
+def test_rows_rebuilt_from_pods_after_a_rollout_start_no_second_update(
+        tmp_path, life, incarnation, names):
+    """An InferenceReplica deleted by hand: each row takes its revision and its
+    incarnation from its pods' labels, so no updated Instance moves again."""
+    from omegitops.cluster.sim import SimCluster
+
+    scenario, change = make(tmp_path, replicas=2, lifecycle=life)
+    change(image="sglang:v2", lifecycle=life)
+    scenario.until_idle()
+    target = revision(scenario)
+    uids = sorted(p["metadata"]["uid"] for p in scenario.pods())
+    updates = len(messages(scenario, "InstanceUpdating"))
+    with SimCluster(scenario.path) as cluster:
+        cluster.delete_object("InferenceReplica", "demo", NAME)
+    scenario.until_idle()
+    assert {i: (r["revision"], r["incarnation"], r["phase"]) for i, r in rows(scenario).items()
+            } == {0: (target, incarnation, "Ready"), 1: (target, incarnation, "Ready")}
+    assert len(messages(scenario, "InstanceUpdating")) == updates
+    assert sorted(p["metadata"]["uid"] for p in scenario.pods()) == uids
+    assert sorted(p["metadata"]["name"] for p in scenario.pods()) == names
+
+
 def test_in_place_without_mark_not_ready_stays_in_rotation(tmp_path):
     life = {"updateStrategy": {"type": "InPlaceIfPossible",
                                "inPlaceUpdateStrategy": {"markNotReadyDuringLifecycle": False}}}

@@ -113,8 +113,10 @@ class Cluster(abc.ABC):
         """Set a pod status condition such as the ``ome.io/serving`` readiness gate."""
 
     @abc.abstractmethod
-    def patch_pod_images(self, namespace: str, name: str, images: dict[str, str]) -> dict:
-        """Change container images in place (container name -> image).
+    def patch_pod_images(self, namespace: str, name: str, images: dict[str, str],
+                         labels: dict[str, str] | None = None) -> dict:
+        """Change container images in place (container name -> image), and ``labels``
+        on the pod's metadata in the same patch.
 
         The only in-place spec change: the kubelet restarts each changed container.
         """

@@ -44,12 +44,17 @@ class SetServing:
 
 @dataclass(frozen=True)
 class PatchImages:
+    """New container images in place, and the labels that must move with them (the
+    ``ome.io/revision`` label), in one patch: a pod never carries a revision label
+    whose template it does not run."""
+
     namespace: str
     name: str
     images: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
-        changed = ", ".join(f"{c}={i}" for c, i in self.images)
+        changed = ", ".join(f"{c}={i}" for c, i in self.images + self.labels)
         return f"patch images of pod {self.name}: {changed}"
 
 

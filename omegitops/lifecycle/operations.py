@@ -151,17 +151,22 @@ def _overdue(work: Work, row: dict) -> None:
 def adopt_orphans(work: Work) -> None:
     """Pods whose Instance has no row (a lost status) get their row back.
 
-    The row is rebuilt from the pods' labels, so nothing is created twice.
+    The row is rebuilt from the labels of the Instance's own pods (not a surge
+    replacement beside them): its revision and incarnation are what those pods
+    run, so nothing is created twice and an updated Instance is not updated again.
     """
     for index, members in work.groups.items():
         if index in work.rows:
             continue
         live = [p for p in members if not P.is_terminating(p)]
-        source = live or members
-        row = new_row(index, max(P.incarnation_of(p) for p in source),
-                      P.revision_of(source[0]), CREATING if live else DELETING, None)
+        own = source = live or members
         if not work.desired.gang:
-            row["ordinal"] = min(P.ordinal_of(p) for p in source)
+            ordinal = min(P.ordinal_of(p) for p in source)
+            own = [p for p in source if P.ordinal_of(p) == ordinal]
+        row = new_row(index, max(P.incarnation_of(p) for p in own),
+                      P.revision_of(own[0]), CREATING if live else DELETING, None)
+        if not work.desired.gang:
+            row["ordinal"] = ordinal
         row["operation"] = (work.operation(CREATE, CREATE_PODS) if live
                             else work.operation(DELETE, WAIT_GONE))
         work.rows[index] = row

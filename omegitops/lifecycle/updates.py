@@ -31,7 +31,7 @@ from omegitops.lifecycle.operations import (
     step_create,
 )
 from omegitops.lifecycle.retries import record_failure
-from omegitops.lifecycle.templates import DEFAULT
+from omegitops.lifecycle.templates import DEFAULT, LABEL_REVISION
 from omegitops.lifecycle.work import (
     CREATE,
     CREATING,
@@ -424,7 +424,10 @@ def bring_up(work: Work, row: dict) -> None:
     instance = work.instance(row)
     what = "restart" if operation["type"] == RESTART else "update"
     if operation["step"] == CREATE_PODS:
-        created = work.create_pods(row, row["revision"], row["incarnation"], 0, instance.pods)
+        # A restart of one pod keeps the Instance's ordinal (1 after a single-pod surge);
+        # recreate() has already reset it to 0 for a whole-Instance rebuild.
+        created = work.create_pods(row, row["revision"], row["incarnation"],
+                                   row.get("ordinal", 0), instance.pods)
         if not created:
             operation["step"] = WAIT_READY
         return
@@ -467,7 +470,7 @@ def _in_place(work: Work, row: dict) -> None:
         operation["step"] = PATCH_IMAGES
         return
     if step == PATCH_IMAGES:
-        _patch_images(work, instance.live, _target_images(work, operation["targetRevision"]))
+        _patch_images(work, instance.live, operation["targetRevision"])
         row["revision"] = operation["targetRevision"]
         operation["step"] = WAIT_READY
         return
@@ -484,7 +487,7 @@ def _in_place(work: Work, row: dict) -> None:
         # A pass cut short after recording WaitReady (a failed write, a killed job) may
         # not have patched every pod: patch what still lacks the images, or this waits
         # for them until the deadline (forever without one).
-        _patch_images(work, instance.live, images)
+        _patch_images(work, instance.live, operation["targetRevision"])
         if instance.containers_ready() and all(_runs_images(p, images) for p in instance.live):
             work.route(instance.live, True)
             operation["step"] = WAIT_AVAILABLE
@@ -493,13 +496,18 @@ def _in_place(work: Work, row: dict) -> None:
     return
 
 
-def _patch_images(work: Work, pods: list[dict], images: dict[str, str]) -> None:
+def _patch_images(work: Work, pods: list[dict], revision: str) -> None:
+    """The images of ``revision`` and its ``ome.io/revision`` label, in one patch per pod
+    that lacks either: rows rebuilt from the pods (a lost InferenceReplica) read the
+    revision from that label, so it must name what the pod runs."""
+    images = _target_images(work, revision)
     for pod in pods:
         current = {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
         changed = tuple(sorted((n, i) for n, i in images.items() if current.get(n) != i))
-        if changed:
+        relabel = () if P.revision_of(pod) == revision else ((LABEL_REVISION, revision),)
+        if changed or relabel:
             meta = pod["metadata"]
-            work.actions.append(PatchImages(meta["namespace"], meta["name"], changed))
+            work.actions.append(PatchImages(meta["namespace"], meta["name"], changed, relabel))
 
 
 def _out_of_rotation(work: Work, row: dict) -> None:

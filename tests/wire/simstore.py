@@ -22,7 +22,7 @@ POST (other kinds)                         ``create_object`` (status dropped whe
 PUT {name}                                 ``replace_object``
 PUT {name}/status                          ``replace_status``
 PATCH pods/{name}/status (conditions)      ``set_pod_condition``, per changed condition
-PATCH pods/{name} (container images)       ``patch_pod_images``, the changed ones
+PATCH pods/{name} (images, labels)         ``patch_pod_images``, the changed ones
 PATCH events/{name} (count, lastTimestamp) no method: written into the store (see ``_patch_event``)
 DELETE pods/{name}                         ``delete_pod`` with the request's grace
 DELETE (other kinds)                       ``delete_object``
@@ -174,9 +174,9 @@ class SimStore:
                     patch["status"].keys() == {"conditions"}:
                 return self._patch_conditions(served, stored, patch["status"]["conditions"],
                                               path)
-            if sub is None and patch.keys() == {"spec"} and \
-                    patch["spec"].keys() == {"containers"}:
-                return self._patch_images(served, stored, patch["spec"]["containers"], path)
+            if sub is None and _images_patch(patch):
+                return self._patch_images(served, stored, (patch.get("spec") or {}).get(
+                    "containers") or [], path, (patch.get("metadata") or {}).get("labels"))
         if served.kind == base.EVENT and kind == "application/merge-patch+json" and \
                 sub is None and patch.keys() <= EVENT_PATCH_FIELDS:
             return self._patch_event(stored, patch, path)
@@ -220,7 +220,8 @@ class SimStore:
                              status == "True", asked[1], asked[2])
         return pod
 
-    def _patch_images(self, served: Served, pod: dict, containers: list, path: str) -> dict:
+    def _patch_images(self, served: Served, pod: dict, containers: list, path: str,
+                      labels: dict | None = None) -> dict:
         meta = pod["metadata"]
         current = {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
         images = {}
@@ -229,10 +230,13 @@ class SimStore:
                 return self._refuse("PATCH", path, f"container fields {sorted(container)}")
             if current.get(container["name"]) != container.get("image"):
                 images[container["name"]] = container.get("image")
-        if not images:
-            return pod
+        have = meta.get("labels") or {}
+        relabel = {k: v for k, v in (labels or {}).items() if have.get(k) != v}
+        if not images and not relabel:
+            return pod  # as the server: a patch that changes nothing writes nothing
         return self._call(served, meta["name"], "PATCH", path, "patch_pod_images",
-                          self.sim.patch_pod_images, meta["namespace"], meta["name"], images)
+                          self.sim.patch_pod_images, meta["namespace"], meta["name"], images,
+                          relabel)
 
     def _patch_event(self, stored: dict, patch: dict, path: str) -> dict:
         """KubeCluster counts a repeat Event with a merge patch of ``count`` and
@@ -283,6 +287,17 @@ class SimStore:
             raise ApiError(500, "InternalError", str(err)) from err
         self.writes.append((method, path, label))
         return result
+
+
+def _images_patch(patch: dict) -> bool:
+    """The patch ``KubeCluster.patch_pod_images`` sends: container images under
+    ``spec.containers``, labels under ``metadata.labels``, or both."""
+    spec, meta = patch.get("spec"), patch.get("metadata")
+    if not patch or patch.keys() - {"spec", "metadata"}:
+        return False
+    if spec is not None and (not isinstance(spec, dict) or spec.keys() != {"containers"}):
+        return False
+    return meta is None or (isinstance(meta, dict) and meta.keys() == {"labels"})
 
 
 def _path(served: Served, namespace: str | None, name: str | None, sub: str | None) -> str:

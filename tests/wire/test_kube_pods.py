@@ -6,6 +6,7 @@ import pytest
 from wire_helpers import NS, make_pod
 
 from omegitops.cluster.errors import AlreadyExists, Invalid, NotFound
+from omegitops.cluster.kube.events import images_patch
 
 
 def test_create_pod_fills_metadata_and_pending(kube, api):
@@ -120,6 +121,19 @@ def test_patch_pod_images_changes_only_the_named_container(kube, api):
     patch = api.calls("patch")[-1]
     assert (patch.path, patch.content_type) == (
         f"/api/v1/namespaces/{NS}/pods/a", "application/strategic-merge-patch+json")
+
+
+def test_patch_pod_images_moves_labels_in_the_same_patch(kube, api):
+    kube.create_pod(make_pod("a", labels={"ome.io/revision": "svc-engine-00000001"}))
+    api.clear_log()
+    pod = kube.patch_pod_images(NS, "a", {"main": "busybox:2"},
+                                {"ome.io/revision": "svc-engine-00000002"})
+    assert pod["metadata"]["labels"]["ome.io/revision"] == "svc-engine-00000002"
+    assert pod["spec"]["containers"][0]["image"] == "busybox:2"
+    assert len(api.calls("patch")) == 1  # one write: never new images under the old label
+    assert images_patch({"main": "busybox:2"}, {"ome.io/revision": "svc-engine-00000002"}) == {
+        "metadata": {"labels": {"ome.io/revision": "svc-engine-00000002"}},
+        "spec": {"containers": [{"name": "main", "image": "busybox:2"}]}}
 
 
 def test_patch_pod_images_of_an_unknown_container_is_invalid(kube):

@@ -152,9 +152,10 @@ class KubeCluster(Cluster):
             return pod
         return self._patch(resource, namespace, name, patch, STRATEGIC_PATCH, "status")
 
-    def patch_pod_images(self, namespace: str, name: str, images: dict[str, str]) -> dict:
-        return self._patch(RESOURCES[base.POD], namespace, name, events.images_patch(images),
-                           STRATEGIC_PATCH)
+    def patch_pod_images(self, namespace: str, name: str, images: dict[str, str],
+                         labels: dict[str, str] | None = None) -> dict:
+        return self._patch(RESOURCES[base.POD], namespace, name,
+                           events.images_patch(images, labels), STRATEGIC_PATCH)
 
     # -- other kinds --------------------------------------------------------------------
 

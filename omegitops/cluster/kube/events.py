@@ -68,7 +68,13 @@ def condition_patch(pod: dict, type: str, status: bool, reason: str, message: st
     return {"status": {"conditions": [condition]}}
 
 
-def images_patch(images: dict[str, str]) -> dict:
-    """The strategic merge patch of ``spec.containers[name].image`` (merge key ``name``)."""
-    return {"spec": {"containers": [{"name": name, "image": image}
-                                    for name, image in sorted(images.items())]}}
+def images_patch(images: dict[str, str], labels: dict[str, str] | None = None) -> dict:
+    """The strategic merge patch of ``spec.containers[name].image`` (merge key ``name``)
+    and of ``metadata.labels``, so the revision label moves with the images at once."""
+    patch: dict = {}
+    if labels:
+        patch["metadata"] = {"labels": dict(sorted(labels.items()))}
+    if images:
+        patch["spec"] = {"containers": [{"name": name, "image": image}
+                                        for name, image in sorted(images.items())]}
+    return patch

@@ -229,15 +229,25 @@ class SimCluster(Cluster):
         self._bump(pod)
         return clone(pod)
 
-    def patch_pod_images(self, namespace: str, name: str, images: dict[str, str]) -> dict:
+    def patch_pod_images(self, namespace: str, name: str, images: dict[str, str],
+                         labels: dict[str, str] | None = None) -> dict:
         pod = self._pod(namespace, name)
         containers = {c["name"]: c for c in pod["spec"]["containers"]}
         for container in images:
             if container not in containers:
                 raise Invalid(f"{object_id('Pod', namespace, name)}: no container {container!r} "
                               "(only regular containers' images can change in place)")
+        for key, value in (labels or {}).items():
+            if not isinstance(value, str):
+                raise Invalid(f"{object_id('Pod', namespace, name)}: label {key!r} must be a "
+                              "string")
+        # Labels are metadata, which a patch may change; they land with the images.
+        pod["metadata"].setdefault("labels", {}).update(labels or {})
         for container, image in images.items():
             containers[container]["image"] = image
+        if not images:
+            self._bump(pod)
+            return clone(pod)
         rec = self._rec(pod)
         if rec["node"] is not None and not self._node_down(rec["node"]):
             worker = self._worker(pod, rec)
