@@ -351,9 +351,11 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
                    prune: Pruning | None = None) -> str:
     """Passes until nothing is in flight or the budget is spent; returns why it stopped.
 
-    After a pass that wrote, the cluster gets up to a second to react; after one
-    that did not, the clock jumps to the next planned wake-up or the cluster's
-    next transition (a real cluster is polled every ``poll_seconds``).
+    On a cluster that announces its transitions (sim), after a pass that wrote the
+    cluster gets up to a second to react, and after one that did not the clock jumps
+    to the next planned wake-up or transition. A cluster that cannot announce them
+    (``poll_seconds`` set: a real one) is looked at again at the earlier of the
+    planned wake-up and ``poll_seconds`` from now, and once more at the budget's end.
     """
     stop_at = cluster.now() + timedelta(seconds=max_seconds)
     for _ in range(MAX_PASSES):
@@ -362,18 +364,40 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
             on_pass(result)
         if not result.busy:
             return IDLE
-        if result.applied:
-            cluster.advance(_gap(cluster, result.now))
-            continue
-        wake = _next_wake(cluster, result.wake_at)
-        if wake is None and cluster.poll_seconds:
-            wake = cluster.now() + timedelta(seconds=cluster.poll_seconds)
-        if wake is None:
-            return STUCK
-        if wake > stop_at:
-            return BUDGET_SPENT
-        cluster.advance((wake - cluster.now()).total_seconds())
+        if cluster.poll_seconds:
+            wake = _next_look(cluster, result, stop_at)
+            if wake is None:
+                return BUDGET_SPENT
+        else:
+            if result.applied:
+                cluster.advance(_gap(cluster, result.now))
+                continue
+            wake = _next_wake(cluster, result.wake_at)
+            if wake is None:
+                return STUCK
+            if wake > stop_at:
+                return BUDGET_SPENT
+        cluster.advance(max(0.0, (wake - cluster.now()).total_seconds()))
     return PASS_LIMIT
+
+
+def _next_look(cluster: Cluster, result: PassResult, stop_at: datetime) -> datetime | None:
+    """When a cluster that cannot say what it will do next is looked at again.
+
+    Never later than ``poll_seconds`` from now, whatever is planned: a pod may become
+    ready long before the deadline a plan wakes up for, and only a look puts it into
+    rotation. After a pass that wrote, within a second, as the next step of an
+    operation often follows at once. Capped at the budget's end, so that the last
+    look is there; None once that look has been made.
+    """
+    now = cluster.now()
+    if now >= stop_at:
+        return None
+    wait = min(1.0, cluster.poll_seconds) if result.applied else cluster.poll_seconds
+    candidates = [now + timedelta(seconds=wait), stop_at]
+    if result.wake_at is not None:
+        candidates.append(result.wake_at)
+    return min(candidates)
 
 
 def _next_wake(cluster: Cluster, planned: datetime | None) -> datetime | None:

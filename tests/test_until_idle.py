@@ -1,0 +1,77 @@
+"""``reconcile --until-idle`` on a cluster that cannot announce its transitions.
+
+A real cluster is polled: the simulated one below keeps its kubelet and scheduler
+but hides when they will next act (``next_transition_at`` is None, as on a real
+API server) and sets ``poll_seconds``, so the loop must look again by itself.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from omegitops.cluster.base import INFERENCE_REPLICA
+from omegitops.cluster.sim import SimCluster
+from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.replica import decode_rows
+from omegitops.manifests.load import load, resolved_components
+from omegitops.reconcile import BUDGET_SPENT, IDLE, MANAGED, run_until_idle
+from tests.conftest import EXAMPLES
+from tests.fleet import write_service
+
+
+class PolledSim(SimCluster):
+    """The simulator seen as a real cluster is: nothing announced, polled every 5 s."""
+
+    poll_seconds = 5.0
+
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self.looks: list[datetime] = []
+
+    def next_transition_at(self) -> datetime | None:
+        return None
+
+    def advance(self, seconds: float) -> datetime:
+        moved = super().advance(seconds)
+        self.looks.append(moved)
+        return moved
+
+
+def _cluster(tmp_path) -> PolledSim:
+    SimCluster.init(tmp_path / "cluster.json")
+    return PolledSim(tmp_path / "cluster.json")
+
+
+def _phases(cluster) -> list[str]:
+    return [row["phase"] for replica in cluster.list_objects(INFERENCE_REPLICA, MANAGED)
+            for row in decode_rows(replica["status"]["instances"])]
+
+
+def test_the_examples_are_polled_to_the_end_of_the_budget_and_finish_on_the_next_run(
+        tmp_path):
+    # The examples' instanceReadyTimeout is 30m, past a 900 s budget: that deadline is
+    # the only planned wake-up, yet the fleet must be looked at every 5 s until the
+    # budget's end (llama-chat's minReadySeconds of 900 keeps it in flight to there).
+    items = resolved_components(load(EXAMPLES))
+    with _cluster(tmp_path) as cluster:
+        start = cluster.now()
+        passes = []
+        assert run_until_idle(cluster, items, 900, passes.append) == BUDGET_SPENT
+        assert all(P.is_ready(p) and P.gate_set(p) for p in cluster.list_pods(MANAGED))
+        assert (passes[-1].now - start).total_seconds() == 900
+        gaps = [(b - a).total_seconds() for a, b in zip([start, *cluster.looks], cluster.looks)]
+        assert max(gaps) <= 5.0
+        assert run_until_idle(cluster, items, 900) == IDLE
+        assert set(_phases(cluster)) == {"Ready"}
+
+
+def test_a_near_deadline_does_not_put_off_the_next_look(tmp_path):
+    # Containers are ready long before the 90 s deadline: polling puts them into
+    # rotation then, rather than sleeping to the deadline and failing every Instance.
+    repo = write_service(tmp_path / "repo", lifecycle={"instanceReadyTimeout": "90s"})
+    items = resolved_components(load(repo))
+    with _cluster(tmp_path) as cluster:
+        start = cluster.now()
+        assert run_until_idle(cluster, items, 900) == IDLE
+        assert _phases(cluster) == ["Ready", "Ready"]
+        assert (cluster.now() - start).total_seconds() < 90
