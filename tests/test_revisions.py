@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from omegitops.cluster.sim import SimCluster
 from omegitops.lifecycle.instance import PodSpecInput, instance_pods
 from omegitops.lifecycle.operator import parse_operator_values
 from omegitops.lifecycle.replica import COLUMNAR, decode_rows, encode_rows
 from omegitops.lifecycle.resolve import resolve_component
 from omegitops.lifecycle.templates import render_templates, revision_name
-from tests.scenario import Scenario
+from tests.fleet import strategy
+from tests.scenario import Scenario, converged
 from tests.test_instances import small_repo
 
 RUNTIME = {
@@ -189,3 +192,91 @@ def test_pinned_runtime_keeps_its_template_and_reports_drift(tmp_path):
     small_repo(repo, replicas=1, auto_sync=True, runtime_image="sglang:v9")
     scenario.run_pass()
     assert scenario.replica("small-engine")["spec"]["revision"] != before
+
+
+# -- a revision whose ControllerRevision is gone ------------------------------------
+
+
+def _condition(scenario, kind, name="svc-engine"):
+    conditions = scenario.status(name)["conditions"]
+    return next((c for c in conditions if c["type"] == kind), None)
+
+
+def _staged_with_the_prior_revision_deleted(tmp_path, **service):
+    """Two Instances at partition 1, the held one's ControllerRevision deleted by hand."""
+    life = {**service.pop("lifecycle", {}),
+            **strategy("InPlaceIfPossible", partition=1, maxUnavailable=1)}
+    scenario, change = converged(tmp_path, replicas=2, lifecycle=life, **service)
+    prior = scenario.replica("svc-engine")["spec"]["revision"]
+    change(image="sglang:v2")
+    scenario.until_idle()
+    current = scenario.replica("svc-engine")["spec"]["revision"]
+    assert _condition(scenario, "Ready")["reason"] == "Staged"
+    with SimCluster(scenario.path) as cluster:
+        cluster.delete_object("ControllerRevision", "demo", prior)
+    return scenario, prior, current
+
+
+def _revisions(scenario, prefix):
+    return {p["metadata"]["name"]: (p["metadata"]["labels"]["ome.io/revision"],
+                                    p["spec"]["containers"][0]["image"])
+            for p in scenario.pods(prefix) if not p["metadata"].get("deletionTimestamp")}
+
+
+def test_a_held_revision_deleted_by_hand_keeps_its_pods_and_rebuilds_at_the_current(
+        tmp_path):
+    scenario, prior, current = _staged_with_the_prior_revision_deleted(tmp_path)
+    uid = scenario.pods("svc-engine-0-")[0]["metadata"]["uid"]
+    scenario.until_idle()
+    # The held pod still runs, and is still counted as held: that much is true.
+    (pod,) = scenario.pods("svc-engine-0-")
+    assert pod["metadata"]["uid"] == uid
+    assert _revisions(scenario, "svc-engine-0-") == {"svc-engine-0-default-0":
+                                                     (prior, "sglang:v1")}
+    assert _condition(scenario, "Ready")["message"] == (
+        f"Staged at partition 1: 1/2 Instances on {current}, 1 held on the prior revision")
+    missing = _condition(scenario, "RevisionMissing")
+    assert (missing["status"], missing["reason"]) == ("True", "ControllerRevisionGone")
+    assert missing["message"] == (
+        f"revision {prior} of Instances 0 has no ControllerRevision: their running pods keep "
+        f"it, and what must be rebuilt is built at {current}")
+    # Its pod lost, the Instance can't be rebuilt at the prior revision: it is built at
+    # the current one, and labelled so.
+    scenario.fault("evict", pod="svc-engine-0-default-0")
+    scenario.until_idle()
+    assert {r["index"]: r["revision"] for r in scenario.rows("svc-engine")} == {
+        0: current, 1: current}
+    assert _revisions(scenario, "svc-engine-0-") == {"svc-engine-0-default-0":
+                                                     (current, "sglang:v2")}
+    ready = _condition(scenario, "Ready")
+    assert (ready["reason"], ready["message"]) == ("AllInstancesServing",
+                                                   "2/2 Instances serving")
+    assert _condition(scenario, "RevisionMissing") is None
+    (event,) = scenario.events("RevisionMissing")
+    assert event["type"] == "Warning"
+    assert event["message"] == (
+        f"OMENative component=engine instance=0 revision {prior} has no ControllerRevision, "
+        f"so nothing can be rebuilt at it; building at {current} instead")
+
+
+@pytest.mark.parametrize("policy", [None, "None"])
+def test_a_gang_of_a_deleted_revision_is_restarted_whole_at_the_current(tmp_path, policy):
+    """A gang moves whole: under either restart policy, a lost worker of a gang whose
+    revision is gone restarts the whole gang at the current revision."""
+    life = {"restartPolicy": policy} if policy else {}
+    scenario, prior, current = _staged_with_the_prior_revision_deleted(
+        tmp_path, workers=1, lifecycle=life)
+    scenario.fault("evict", pod="svc-engine-0-worker-0")
+    scenario.until_idle()
+    row = next(r for r in scenario.rows("svc-engine") if r["index"] == 0)
+    assert (row["revision"], row["incarnation"], row["phase"]) == (current, 2, "Ready")
+    assert _revisions(scenario, "svc-engine-0-") == {
+        "svc-engine-0-leader-0": (current, "sglang:v2"),
+        "svc-engine-0-worker-0": (current, "sglang:v2")}
+    assert {p["metadata"]["labels"]["ome.io/instance-incarnation"]
+            for p in scenario.pods("svc-engine-0-")} == {"2"}
+    assert [e["message"] for e in scenario.events("RevisionMissing")] == [
+        f"OMENative component=engine instance=0 revision {prior} has no ControllerRevision, "
+        + (f"so its missing pods cannot be built; restarting the whole Instance at {current}"
+           if policy else f"so nothing can be rebuilt at it; building at {current} instead")]
+    assert _condition(scenario, "RevisionMissing") is None

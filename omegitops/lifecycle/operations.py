@@ -11,6 +11,7 @@ from __future__ import annotations
 from omegitops.cluster.times import parse_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import DeleteObject
+from omegitops.lifecycle.missing import ready_to_build
 from omegitops.lifecycle.services import podgroup_name
 from omegitops.lifecycle.work import CREATE, CREATING, DELETE, DELETING, READY, Work
 
@@ -47,7 +48,7 @@ def step_create(work: Work, row: dict) -> None:
     operation = row["operation"]
     pods = work.instance(row)
     if operation["step"] == CREATE_PODS:
-        if _clear_leftovers(work, row):
+        if _clear_leftovers(work, row) or not ready_to_build(work, row):
             return
         created = work.create_pods(row, row["revision"], row["incarnation"],
                                    row.get("ordinal", 0), pods.pods)

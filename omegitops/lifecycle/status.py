@@ -20,6 +20,7 @@ from typing import Any
 from omegitops.cluster.times import format_time
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.instance import InstancePods
+from omegitops.lifecycle.missing import REVISION_MISSING, missing_revisions
 from omegitops.lifecycle.resolve import timeout_seconds
 
 TRUE, FALSE = "True", "False"
@@ -88,6 +89,14 @@ def _conditions(work: Any, rows: list[dict], counts: dict, want: int,
         "DrainOverdue": _drain_overdue(rows),
         f"{desired.component.capitalize()}Ready": _component_ready(desired, counts, want),
     }
+    missing = missing_revisions(work, rows)
+    if missing:
+        # Only while it holds: once no Instance runs a revision that is gone, it goes.
+        wanted[REVISION_MISSING] = (TRUE, "ControllerRevisionGone", "; ".join(
+            f"revision {revision} of Instances {_list(indices)} has no ControllerRevision"
+            for revision, indices in missing.items()) + (
+            f": their running pods keep it, and what must be rebuilt is built at "
+            f"{desired.revision}"))
     if desired.pinned:
         wanted["RuntimeDrifted"] = (
             (TRUE, "RuntimeChanged", ("the runtime changed since this service pinned it "

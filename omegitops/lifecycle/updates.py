@@ -19,6 +19,7 @@ import copy
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import PatchImages
 from omegitops.lifecycle.failures import check_instance, check_pods
+from omegitops.lifecycle.missing import REVISION_MISSING, ready_to_build
 from omegitops.lifecycle.operations import (
     CREATE_PODS,
     GONE,
@@ -80,7 +81,9 @@ def update_mode(work: Work, row: dict, strategy: str, surge_allowed: bool) -> st
     if strategy == "RecreatePod" or work.desired.gang:
         # A gang moves whole: the in-place strategies recreate its pods.
         return DRAIN
-    possible = images_only(work.templates(row["revision"]), work.desired.templates)
+    # With its revision's templates gone, nothing shows the change is images only.
+    possible = work.has_templates(row["revision"]) and images_only(
+        work.templates(row["revision"]), work.desired.templates)
     if possible:
         return IN_PLACE
     return None if strategy == IN_PLACE_ONLY else DRAIN
@@ -424,6 +427,8 @@ def bring_up(work: Work, row: dict) -> None:
     instance = work.instance(row)
     what = "restart" if operation["type"] == RESTART else "update"
     if operation["step"] == CREATE_PODS:
+        if not ready_to_build(work, row):
+            return
         # A restart of one pod keeps the Instance's ordinal (1 after a single-pod surge);
         # recreate() has already reset it to 0 for a whole-Instance rebuild.
         created = work.create_pods(row, row["revision"], row["incarnation"],
@@ -464,13 +469,23 @@ def _in_place(work: Work, row: dict) -> None:
     instance = work.instance(row)
     mark = work.lifecycle.value(
         "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle", True)
+    target = operation["targetRevision"]
+    if step in (UNROUTE, PATCH_IMAGES) and not work.has_templates(target):
+        # Nothing patched yet, and nothing tells the target's images any more (its
+        # ControllerRevision is gone): recreate the Instance at the newest revision.
+        work.event("Warning", REVISION_MISSING, row["index"], (
+            f"revision {target} has no ControllerRevision, so its images cannot be set in "
+            f"place; recreating the Instance at {work.desired.revision}"))
+        operation.update(mode=DRAIN, step=UNROUTE)
+        _drain(work, row)
+        return
     if step == UNROUTE:
         if mark:
             work.route(instance.live, False)
         operation["step"] = PATCH_IMAGES
         return
     if step == PATCH_IMAGES:
-        _patch_images(work, instance.live, operation["targetRevision"])
+        _patch_images(work, instance.live, target)
         row["revision"] = operation["targetRevision"]
         operation["step"] = WAIT_READY
         return
@@ -483,17 +498,27 @@ def _in_place(work: Work, row: dict) -> None:
         record_failure(work, row, row["revision"], failure)
         return
     if step == WAIT_READY:
-        images = _target_images(work, operation["targetRevision"])
         # A pass cut short after recording WaitReady (a failed write, a killed job) may
         # not have patched every pod: patch what still lacks the images, or this waits
-        # for them until the deadline (forever without one).
-        _patch_images(work, instance.live, operation["targetRevision"])
-        if instance.containers_ready() and all(_runs_images(p, images) for p in instance.live):
+        # for them until the deadline (forever without one). With the target's
+        # ControllerRevision gone since, the patched pods' own images are the target's.
+        if work.has_templates(target):
+            _patch_images(work, instance.live, target)
+        if instance.containers_ready() and all(
+                _runs_images(p, _images_for(work, target, p)) for p in instance.live):
             work.route(instance.live, True)
             operation["step"] = WAIT_AVAILABLE
         return
     finish_when_available(work, row, "updated in place")
     return
+
+
+def _images_for(work: Work, revision: str, pod: dict) -> dict[str, str]:
+    """The images ``pod`` should run at ``revision``: the stored ones, or (the
+    revision's templates gone) those its spec was patched to."""
+    if work.has_templates(revision):
+        return _target_images(work, revision)
+    return {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
 
 
 def _patch_images(work: Work, pods: list[dict], revision: str) -> None:

@@ -106,8 +106,16 @@ class Work:
     def instance(self, row: dict) -> InstancePods:
         return InstancePods(self.needed, self.own_pods(row))
 
+    def has_templates(self, revision: str | None) -> bool:
+        """Whether pods can be built at ``revision``: the desired one, or one whose
+        ControllerRevision still stores its templates (one deleted by hand does not)."""
+        return revision == self.desired.revision or (
+            revision is not None
+            and stored_templates(self.observed.revisions, revision) is not None)
+
     def templates(self, revision: str) -> dict[str, dict]:
-        """The pod templates of a revision: the desired ones, or those stored with it."""
+        """The pod templates of a revision: the desired ones, or those stored with it
+        (the desired ones when it has none: ask ``has_templates`` first)."""
         if revision == self.desired.revision:
             return self.desired.templates
         stored = stored_templates(self.observed.revisions, revision)
@@ -115,6 +123,10 @@ class Work:
 
     def pod_input(self, revision: str) -> PodSpecInput:
         desired = self.desired
+        # A pod is labelled with the revision whose templates it is built from, never
+        # with one whose templates are gone (lifecycle/missing.py rebases the row first).
+        if not self.has_templates(revision):
+            revision = desired.revision
         return PodSpecInput(desired.namespace, desired.isvc, desired.component, revision,
                             self.templates(revision), desired.lifecycle.worker_size,
                             desired.gang)
