@@ -12,7 +12,7 @@ from omegitops.lifecycle.operator import parse_operator_values
 from omegitops.lifecycle.replica import COLUMNAR, decode_rows, encode_rows
 from omegitops.lifecycle.resolve import resolve_component
 from omegitops.lifecycle.templates import render_templates, revision_name
-from tests.fleet import strategy
+from tests.fleet import strategy, write_service
 from tests.scenario import Scenario, converged
 from tests.test_instances import small_repo
 
@@ -280,3 +280,20 @@ def test_a_gang_of_a_deleted_revision_is_restarted_whole_at_the_current(tmp_path
         + (f"so its missing pods cannot be built; restarting the whole Instance at {current}"
            if policy else f"so nothing can be rebuilt at it; building at {current} instead")]
     assert _condition(scenario, "RevisionMissing") is None
+
+
+def test_a_held_revision_deleted_by_hand_is_recreated_not_patched_when_released(tmp_path):
+    """Without the prior templates nothing shows the change is images only, so
+    InPlaceIfPossible recreates the held Instance once the partition lets it move."""
+    scenario, prior, current = _staged_with_the_prior_revision_deleted(tmp_path)
+    write_service(scenario.repo, replicas=2, image="sglang:v2",
+                  lifecycle=strategy("InPlaceIfPossible", maxUnavailable=1))
+    scenario.until_idle()
+    row = next(r for r in scenario.rows("svc-engine") if r["index"] == 0)
+    assert (row["revision"], row["incarnation"]) == (current, 2)
+    assert (f"OMENative component=engine instance=0 updating to {current} "
+            "(InPlaceIfPossible: Drain)") in [e["message"] for e in scenario.events()]
+    assert _revisions(scenario, "svc-engine-0-") == {"svc-engine-0-default-0":
+                                                     (current, "sglang:v2")}
+    assert _condition(scenario, "RevisionMissing") is None
+    assert prior != current
