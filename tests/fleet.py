@@ -30,8 +30,8 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                   workers: int | None = None, values: dict | None = None,
                   grace: int | None = None, annotations: dict | None = None,
                   name: str = "svc", worker_env: dict[str, str] | None = None,
-                  gates: list[str] | None = None) -> Path:
-    """One runtime and one OMENative service ``demo/<name>`` with an engine."""
+                  gates: list[str] | None = None, namespace: str = "demo") -> Path:
+    """One runtime and one OMENative service ``<namespace>/<name>`` with an engine."""
     config: dict[str, Any] = {"tolerations": TOLERATIONS}
     if grace is not None:
         config["terminationGracePeriodSeconds"] = grace
@@ -51,7 +51,7 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
     if lifecycle:
         engine["lifecycle"] = lifecycle
     service = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
-               "metadata": {"name": name, "namespace": "demo"},
+               "metadata": {"name": name, "namespace": namespace},
                "spec": {"deploymentMode": "OMENative", "model": {"name": "m"},
                         "runtime": {"name": "srt-test"}, "engine": engine}}
     (root / "runtimes").mkdir(parents=True, exist_ok=True)

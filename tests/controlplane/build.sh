@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes control plane that the control-plane tests run on:
+# kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes),
+# etcd (go.etcd.io/etcd/server/v3) and KWOK (sigs.k8s.io/kwok), all from the Go
+# module proxy, at the versions go.mod and go.sum beside this script pin.
+#
+# The binaries go to a cache keyed by go.sum, so a machine builds them once:
+#   ${OMEGITOPS_CONTROLPLANE_CACHE:-~/.cache/omegitops/controlplane}/<go.sum hash>/bin
+# The last line printed is that bin folder. Nothing is rebuilt when it is complete.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${OMEGITOPS_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/omegitops/controlplane}"
+key="$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)"
+bin="$cache/$key/bin"
+binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok)
+
+complete() {
+  for name in "${binaries[@]}"; do [ -x "$bin/$name" ] || return 1; done
+}
+
+if complete; then
+  echo "control plane: cached in $bin" >&2
+  echo "$bin"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "control plane: go is not on PATH" >&2; exit 1; }
+mkdir -p "$cache/$key"
+tmp="$(mktemp -d "$cache/$key/build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+start=$(date +%s)
+echo "control plane: building ${binaries[*]} ($(go version | cut -d' ' -f3)); a cold build takes several minutes" >&2
+cd "$here"
+# -trimpath and no debug information: smaller binaries, the same behaviour.
+# The etcd main package is the module root of go.etcd.io/etcd/server/v3.
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/" \
+  k8s.io/kubernetes/cmd/kube-apiserver \
+  k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler \
+  sigs.k8s.io/kwok/cmd/kwok
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+rm -rf "$bin"
+mv "$tmp" "$bin"
+trap - EXIT
+echo "control plane: built in $(( $(date +%s) - start )) s into $bin" >&2
+echo "$bin"

@@ -1,0 +1,69 @@
+"""Fixtures of the control-plane tests: the real control plane, and omegitops run on it
+as the scheduled job runs, with the ``omegitops`` ServiceAccount's token.
+
+The control plane is built once per machine by ``build.sh`` (several minutes cold,
+nothing when cached) and started once per test session: etcd, kube-apiserver,
+kube-scheduler, kube-controller-manager and KWOK with eight 8-GPU nodes; OME's
+CRDs from ``../shared/ome/crds`` (skipped, with a message, when that folder is
+absent), the InferenceReplica CRD and the RBAC of ``pipelines/``.
+
+``OMEGITOPS_CONTROLPLANE=skip`` skips these tests (for a quick run of the rest).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from controlplane import ControlPlane  # noqa: E402
+
+REPO_ROOT = HERE.parents[1]
+PIPELINES = REPO_ROOT / "pipelines"
+OME_CRDS = REPO_ROOT.parent / "shared" / "ome" / "crds"
+JOB_NAMESPACE = "omegitops"
+NODES = 8
+GPUS = 8
+
+
+def build_control_plane() -> Path:
+    """The bin folder of the built control plane (``build.sh`` builds it when missing)."""
+    done = subprocess.run(["bash", str(HERE / "build.sh")], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the control plane failed:\n{done.stderr[-4000:]}")
+    sys.stderr.write(done.stderr)
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory):
+    if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip":
+        pytest.skip("OMEGITOPS_CONTROLPLANE=skip")
+    bin_dir = build_control_plane()
+    workdir = tmp_path_factory.mktemp("controlplane")
+    with ControlPlane(bin_dir, workdir) as cp:
+        cp.add_nodes(NODES, gpus=GPUS)
+        if OME_CRDS.is_dir():
+            cp.apply_files(sorted(OME_CRDS.glob("*.yaml")))
+            cp.ome_crds = True
+        else:
+            cp.ome_crds = False
+        cp.apply_file(PIPELINES / "crds" / "inferencereplica-crd.yaml")
+        cp.create_namespace(JOB_NAMESPACE)
+        cp.apply_file(PIPELINES / "rbac.yaml")
+        cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
+        yield cp
+
+
+@pytest.fixture
+def ome_crds(control_plane):
+    """Tests that need OME's own CRDs in the API (InferenceServices present)."""
+    if not control_plane.ome_crds:
+        pytest.skip(f"OME's CRDs are not here ({OME_CRDS} is absent)")
+    return control_plane

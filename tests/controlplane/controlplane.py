@@ -1,0 +1,463 @@
+"""A real Kubernetes control plane on loopback, for the tests of the ``kube`` backend.
+
+etcd, kube-apiserver (RBAC on, service-account tokens signed by a key of its
+own), kube-scheduler, kube-controller-manager and KWOK (nodes and pod status,
+without containers: ``kwok-stages.yaml``), all built from the Kubernetes
+project's own Go modules by ``build.sh``. Everything lives in one temporary
+folder; nothing listens beyond 127.0.0.1.
+
+Usage::
+
+    with ControlPlane(bin_dir, workdir) as cp:
+        cp.add_nodes(4, gpus=8)
+        cp.apply_file(Path("pipelines/rbac.yaml"))
+        kubeconfig = cp.service_account_kubeconfig("omegitops", "omegitops")
+
+``admin`` is an ``ApiClient`` in the ``system:masters`` group, for setting up
+and for playing the parts of other actors (a node, a person with kubectl).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+HERE = Path(__file__).resolve().parent
+STAGES = HERE / "kwok-stages.yaml"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+FAULT_ANNOTATION = "faults.omegitops.io/kind"
+
+# How fast a lost node is noticed and its pods evicted. The defaults (50 s, then
+# 300 s of toleration) would make a node-loss test take six minutes; these keep
+# the same sequence, shorter.
+NODE_LEASE_SECONDS = 10
+NODE_MONITOR_GRACE = "20s"
+EVICTION_TOLERATION_SECONDS = 30
+
+
+class ControlPlaneError(RuntimeError):
+    """A component did not start, or stopped; the message ends with its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+    def check(self) -> None:
+        if self.popen.poll() is not None:
+            raise ControlPlaneError(f"{self.name} exited with {self.popen.returncode}:\n"
+                                    f"{self.tail()}")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+
+
+@dataclass
+class ControlPlane:
+    bin_dir: Path
+    workdir: Path
+    processes: dict[str, Process] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.pki = self.workdir / "pki"
+        self.api_port = free_port()
+        self.url = f"https://127.0.0.1:{self.api_port}"
+        self.admin_token = secrets.token_hex(16)
+        self.admin_kubeconfig = self.workdir / "admin.kubeconfig"
+        self._admin: k8s.ApiClient | None = None
+        self._dynamic: DynamicClient | None = None
+
+    # -- lifetime -----------------------------------------------------------------
+
+    def __enter__(self) -> ControlPlane:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        started = time.monotonic()
+        self._make_pki()
+        self._start_etcd()
+        self._start_apiserver()
+        self._write_kubeconfig(self.admin_kubeconfig, token=self.admin_token, user="admin")
+        for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            self._start(name, self._flags(name))
+        self._wait_for_default_service_account()
+        self.started_in = time.monotonic() - started
+
+    def stop(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+        # The API server's clients first, then the API server, etcd last.
+        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver",
+                     "etcd"):
+            process = self.processes.pop(name, None)
+            if process is not None:
+                process.stop()
+
+    def check(self) -> None:
+        """Raise if any component has stopped."""
+        for process in self.processes.values():
+            process.check()
+
+    # -- components -------------------------------------------------------------------
+
+    def _start(self, name: str, args: list[str]) -> Process:
+        log = self.workdir / f"{name}.log"
+        handle = log.open("wb")
+        popen = subprocess.Popen([str(self.bin_dir / name), *args], stdout=handle,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 cwd=self.workdir, start_new_session=True)
+        handle.close()
+        process = Process(name, popen, log)
+        self.processes[name] = process
+        return process
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        process = self._start("etcd", [
+            "--name=default", f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync", "--log-level=warn",
+        ])
+        self._wait(process, lambda: _http_ok(f"{self.etcd_url}/health"), 30)
+
+    def _start_apiserver(self) -> None:
+        tokens = self.workdir / "tokens.csv"
+        tokens.write_text(f'{self.admin_token},admin,admin,"system:masters"\n')
+        process = self._start("kube-apiserver", [
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.api_port}",
+            f"--tls-cert-file={self.pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={self.pki / 'apiserver.key'}",
+            f"--client-ca-file={self.pki / 'ca.crt'}",
+            f"--token-auth-file={tokens}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={self.pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--allow-privileged=true",
+            f"--default-not-ready-toleration-seconds={EVICTION_TOLERATION_SECONDS}",
+            f"--default-unreachable-toleration-seconds={EVICTION_TOLERATION_SECONDS}",
+            # One API server on two cores: no fairness queues to wait in.
+            "--enable-priority-and-fairness=false",
+        ])
+        self._wait(process, self._readyz, 90)
+
+    def _flags(self, name: str) -> list[str]:
+        kubeconfig = f"--kubeconfig={self.admin_kubeconfig}"
+        if name == "kube-controller-manager":
+            return [kubeconfig, "--leader-elect=false", "--secure-port=0",
+                    f"--service-account-private-key-file={self.pki / 'sa.key'}",
+                    f"--root-ca-file={self.pki / 'ca.crt'}",
+                    "--use-service-account-credentials=false",
+                    f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
+                    "--node-monitor-period=2s"]
+        if name == "kube-scheduler":
+            return [kubeconfig, "--leader-elect=false", "--secure-port=0"]
+        if name == "kwok":
+            return [kubeconfig, f"--config={STAGES}", "--manage-all-nodes=false",
+                    f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                    f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+                    "--cidr=10.244.0.0/16", "--node-ip=10.0.0.1"]
+        raise KeyError(name)
+
+    def _wait(self, process: Process, ready, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            process.check()
+            if ready():
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{process.name} not ready after {seconds} s:\n{process.tail()}")
+
+    def _readyz(self) -> bool:
+        return _http_ok(f"{self.url}/readyz", token=self.admin_token,
+                        ca=self.pki / "ca.crt")
+
+    def _wait_for_default_service_account(self) -> None:
+        """The controller-manager is up once it has made the ``default`` account."""
+        core = k8s.CoreV1Api(self.admin)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self.check()
+            try:
+                core.read_namespaced_service_account("default", "default")
+                return
+            except k8s.ApiException as err:
+                if err.status != 404:
+                    raise
+            time.sleep(0.3)
+        raise ControlPlaneError("kube-controller-manager made no default ServiceAccount:\n"
+                                + self.processes["kube-controller-manager"].tail())
+
+    # -- credentials ----------------------------------------------------------------------
+
+    def _make_pki(self) -> None:
+        """A CA, the API server's serving certificate, and the service-account key pair."""
+        self.pki.mkdir(exist_ok=True)
+        ssl_cmd = shutil.which("openssl") or "openssl"
+
+        def run(*args: str) -> None:
+            subprocess.run([ssl_cmd, *args], cwd=self.pki, check=True, capture_output=True)
+
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+            "/CN=omegitops-test-ca", "-keyout", "ca.key", "-out", "ca.crt")
+        (self.pki / "san.cnf").write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
+            "extendedKeyUsage=serverAuth\n")
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
+            "-keyout", "apiserver.key", "-out", "apiserver.csr")
+        run("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "apiserver.crt")
+        run("genrsa", "-out", "sa.key", "2048")
+        run("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+
+    def _write_kubeconfig(self, path: Path, *, token: str, user: str,
+                          namespace: str = "default") -> Path:
+        ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": self.url,
+                                                      "certificate-authority-data": ca}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": user,
+                                                      "namespace": namespace}}],
+        }))
+        path.chmod(0o600)
+        return path
+
+    def service_account_kubeconfig(self, namespace: str, name: str,
+                                   seconds: int = 3600) -> Path:
+        """A kubeconfig with a token of that ServiceAccount, from the TokenRequest API,
+        as the kubelet mounts one in the job's pod."""
+        request = k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds))
+        answer = k8s.CoreV1Api(self.admin).create_namespaced_service_account_token(
+            name, namespace, request)
+        path = self.workdir / f"{namespace}-{name}.kubeconfig"
+        return self._write_kubeconfig(path, token=answer.status.token,
+                                      user=f"system:serviceaccount:{namespace}:{name}",
+                                      namespace=namespace)
+
+    @property
+    def admin(self) -> k8s.ApiClient:
+        if self._admin is None:
+            configuration = k8s.Configuration()
+            k8s_config.load_kube_config(str(self.admin_kubeconfig),
+                                        client_configuration=configuration)
+            self._admin = k8s.ApiClient(configuration)
+        return self._admin
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        if self._dynamic is None:
+            self._dynamic = DynamicClient(self.admin)
+        return self._dynamic
+
+    # -- objects --------------------------------------------------------------------------
+
+    def add_nodes(self, count: int, *, gpus: int = 8, cpu: str = "64",
+                  memory: str = "512Gi", prefix: str = "kwok-node") -> list[str]:
+        """Nodes that KWOK runs, each with ``gpus`` nvidia.com/gpu."""
+        names = []
+        core = k8s.CoreV1Api(self.admin)
+        for index in range(count):
+            name = f"{prefix}-{index}"
+            capacity = {"cpu": cpu, "memory": memory, "pods": "110",
+                        "nvidia.com/gpu": str(gpus), "ephemeral-storage": "1Ti"}
+            core.create_node({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                             "labels": {"kubernetes.io/hostname": name,
+                                        "kubernetes.io/os": "linux", "type": "kwok"}},
+                "status": {"capacity": capacity, "allocatable": capacity},
+            })
+            names.append(name)
+        self.wait_for(lambda: all(self.node_ready(name) for name in names), 60,
+                      f"nodes {names} Ready")
+        return names
+
+    def node_ready(self, name: str) -> bool:
+        node = k8s.CoreV1Api(self.admin).read_node(name)
+        return any(c.type == "Ready" and c.status == "True"
+                   for c in node.status.conditions or [])
+
+    def stop_node(self, name: str) -> None:
+        """The node stops reporting: KWOK lets go of it, its Lease is no longer renewed."""
+        k8s.CoreV1Api(self.admin).patch_node(
+            name, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: None}}})
+
+    def set_fault(self, namespace: str, pod: str, kind: str | None) -> None:
+        """Inject (or with None clear) a fault of ``kwok-stages.yaml`` into a pod."""
+        k8s.CoreV1Api(self.admin).patch_namespaced_pod(
+            pod, namespace, {"metadata": {"annotations": {FAULT_ANNOTATION: kind}}})
+
+    def create_namespace(self, name: str) -> None:
+        try:
+            k8s.CoreV1Api(self.admin).create_namespace({"metadata": {"name": name}})
+        except k8s.ApiException as err:
+            if err.status != 409:
+                raise
+
+    def apply(self, obj: dict, *, dry_run: bool = False) -> dict:
+        """Server-side apply of one object, as ``kubectl apply --server-side``."""
+        api_version, kind = obj["apiVersion"], obj["kind"]
+        resource = self._resource(api_version, kind)
+        meta = obj.get("metadata") or {}
+        kwargs = {"body": obj, "name": meta["name"], "field_manager": "omegitops-tests",
+                  "force_conflicts": True}
+        if resource.namespaced:
+            kwargs["namespace"] = meta.get("namespace") or "default"
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        return resource.server_side_apply(**kwargs).to_dict()
+
+    def apply_file(self, path: Path, *, dry_run: bool = False) -> list[dict]:
+        """Apply every document of a YAML file; CRDs are waited for until Established."""
+        applied = []
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            applied.append(self.apply(doc, dry_run=dry_run))
+            if doc["kind"] == "CustomResourceDefinition" and not dry_run:
+                self.wait_for_crd(doc["metadata"]["name"])
+        return applied
+
+    def apply_files(self, paths: Iterable[Path]) -> None:
+        for path in paths:
+            self.apply_file(path)
+
+    def wait_for_crd(self, name: str) -> None:
+        api = k8s.ApiextensionsV1Api(self.admin)
+
+        def established() -> bool:
+            crd = api.read_custom_resource_definition(name)
+            return any(c.type == "Established" and c.status == "True"
+                       for c in (crd.status.conditions or []))
+
+        self.wait_for(established, 30, f"CRD {name} Established")
+        self._dynamic = None  # discovery is cached: see the new kind
+
+    def _resource(self, api_version: str, kind: str):
+        try:
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            self._dynamic = None
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        resource = self._resource(api_version, kind)
+        try:
+            kwargs = {"namespace": namespace} if resource.namespaced else {}
+            return resource.get(name=name, **kwargs).to_dict()
+        except NotFoundError:
+            return None
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             label_selector: str | None = None) -> list[dict]:
+        resource = self._resource(api_version, kind)
+        kwargs = {}
+        if namespace:
+            kwargs["namespace"] = namespace
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        return resource.get(**kwargs).to_dict().get("items") or []
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str,
+               **kwargs) -> None:
+        resource = self._resource(api_version, kind)
+        if resource.namespaced:
+            kwargs["namespace"] = namespace
+        try:
+            resource.delete(name=name, **kwargs)
+        except NotFoundError:
+            pass
+
+    def wait_for(self, condition, seconds: float, what: str, interval: float = 0.25):
+        """Poll ``condition`` until it returns something true; fail naming ``what``."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.check()
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+            time.sleep(interval)
+
+    def env(self, kubeconfig: Path) -> dict[str, str]:
+        """The environment of an omegitops run with that kubeconfig (and nothing that
+        would point it elsewhere)."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("KUBERNETES_", "OMEGITOPS_KUBE"))}
+        env["KUBECONFIG"] = str(kubeconfig)
+        return env
+
+
+def _http_ok(url: str, token: str | None = None, ca: Path | None = None) -> bool:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    context = ssl.create_default_context(cafile=str(ca)) if ca else None
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context) as answer:
+            body = answer.read()
+            if url.endswith("/health"):
+                return json.loads(body).get("health") == "true"
+            return answer.status == 200
+    except (OSError, ValueError):
+        return False
