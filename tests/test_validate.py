@@ -200,3 +200,103 @@ def test_operator_values_file_named_on_the_command_line_must_exist(cli, tmp_path
     code, _, err = cli("validate", "--repo", repo_with(tmp_path), "--operator-values", "x.yaml")
     assert code == 1
     assert "x.yaml: operator values file not found" in err
+
+
+# -- names derived from the service's ------------------------------------------------
+
+
+def gang_service(name, replicas=1):
+    return (SERVICE.replace("name: small\n", f"name: {name}\n")
+            .replace("minReplicas: 2\n    maxReplicas: 2\n",
+                     f"minReplicas: {replicas}\n    maxReplicas: {replicas}\n")
+            + "    leader:\n      runner:\n        name: ome-container\n"
+            + "    worker:\n      size: 2\n      runner:\n        name: ome-container\n")
+
+
+@pytest.mark.parametrize("length, replicas, fits", [
+    (45, 1, True), (46, 1, False), (47, 1, False),
+    # Five Instances reach index 9 (each may have a replacement beside it); six reach 11.
+    (45, 5, True), (45, 6, False), (44, 6, True),
+])
+def test_a_gang_name_must_leave_room_for_its_pod_hostnames(cli, tmp_path, length, replicas,
+                                                          fits):
+    name = "g" * length
+    repo = repo_with(tmp_path, service=gang_service(name, replicas))
+    code, out, _ = cli("validate", "--repo", repo, "-o", "json")
+    report = json.loads(out)
+    assert code == (0 if fits else 1), report["errors"]
+    if fits:
+        return
+    (error,) = report["errors"]
+    assert (error["path"], error["line"], error["object"], error["field"]) == (
+        "services/small.yaml", 4, f"InferenceService demo/{name}", "metadata.name")
+    index = 2 * replicas - 1
+    hostname = f"{name}-engine-{index}-leader-0"
+    assert error["message"].startswith(
+        f"{length} characters is too long for OMENative component engine: its pod hostname "
+        f"(spec.hostname) {hostname} would be {len(hostname)} characters, over the 63 of a "
+        "DNS-1123 label")
+    assert error["message"].endswith(
+        f"; use a name of at most {45 if replicas <= 5 else 44} characters")
+
+
+def test_a_service_name_must_start_with_a_letter(cli, tmp_path):
+    service = SERVICE.replace("name: small\n", "name: 3b-chat\n")
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, service=service))
+    assert code == 1
+    assert ("services/small.yaml:4: InferenceService demo/3b-chat: metadata.name: OMENative "
+            "component engine's Service name 3b-chat-engine would not be a DNS-1035 label: it "
+            "must start with a letter and hold only lower-case letters, digits and '-'") in out
+
+
+def test_a_name_that_only_raw_deployment_uses_is_left_alone(cli, tmp_path):
+    service = SERVICE.replace("name: small\n", "name: 3b-chat\n").replace(
+        "deploymentMode: OMENative", "deploymentMode: RawDeployment")
+    code, _, _ = cli("validate", "--repo", repo_with(tmp_path, service=service))
+    assert code == 0
+
+
+def test_validate_checks_the_longest_names_reconcile_makes(tmp_path):
+    """The derived names validate checks come from the functions reconcile builds its
+    objects with: every name a gang rollout writes (a replacement at a new index, the
+    PodGroups, both Services, the revisions) is at most as long as its checked twin."""
+    from omegitops.cluster.sim import SimCluster
+    from omegitops.lifecycle.names import derived_names
+    from tests.fleet import strategy, write_service
+    from tests.scenario import Scenario
+
+    repo = write_service(tmp_path / "repo", replicas=2, workers=2,
+                         lifecycle=strategy(maxSurge=1, maxUnavailable=0))
+    scenario = Scenario(tmp_path, repo, podgroups=True)
+    (item,) = scenario.items()
+    checked: dict[str, int] = {}
+    for derived in derived_names("demo", "svc", item.lifecycle):
+        checked[derived.what] = max(checked.get(derived.what, 0), len(derived.value))
+    seen: dict[str, int] = {}
+
+    def note(what, value):
+        seen[what] = max(seen.get(what, 0), len(value))
+
+    def watch(s):
+        with SimCluster(s.path) as cluster:
+            for pod in cluster.list_pods():
+                note("pod name", pod["metadata"]["name"])
+                note("pod hostname (spec.hostname)", pod["spec"]["hostname"])
+                note("pod subdomain (spec.subdomain)", pod["spec"]["subdomain"])
+                for key, value in pod["metadata"]["labels"].items():
+                    note(f"pod label {key}", value)
+            for kind, what in (("Service", "Service name"), ("PodGroup", "PodGroup name"),
+                               ("ControllerRevision", "ControllerRevision name"),
+                               ("InferenceReplica", "InferenceReplica name")):
+                for obj in cluster.list_objects(kind):
+                    note(what, obj["metadata"]["name"])
+
+    scenario.watches.append(watch)
+    scenario.until_idle()
+    write_service(repo, replicas=2, workers=2, image="sglang:v2",
+                  lifecycle=strategy(maxSurge=1, maxUnavailable=0))
+    scenario.until_idle()
+    assert max(int(p["metadata"]["labels"]["ome.io/instance-index"])
+               for p in scenario.pods()) >= 2  # a replacement took a new index
+    assert seen.keys() <= checked.keys(), seen.keys() - checked.keys()
+    assert {what: length for what, length in seen.items() if length > checked[what]} == {}

@@ -14,6 +14,7 @@ from omegitops.cluster.times import format_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, CreatePod, DeletePod, Event, SetServing
 from omegitops.lifecycle.instance import InstancePods, PodSpecInput, instance_pods
+from omegitops.lifecycle.replica import replica_name
 from omegitops.lifecycle.resolve import ComponentLifecycle, timeout_seconds
 from omegitops.lifecycle.revisions import stored_templates
 from omegitops.lifecycle.services import plan_podgroup, podgroup_name
@@ -48,7 +49,8 @@ class DesiredComponent:
 
     @property
     def name(self) -> str:
-        return f"{self.isvc}-{self.component}"
+        """The InferenceReplica's name, which the routing Service shares."""
+        return replica_name(self.isvc, self.component)
 
     @property
     def gang(self) -> bool:

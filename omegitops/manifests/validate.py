@@ -14,11 +14,13 @@ from jsonschema.exceptions import ValidationError
 
 from omegitops.ids import ResourceId
 from omegitops.lifecycle import budgets
+from omegitops.lifecycle.names import derived_names, longest_fitting
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import (
     OMENATIVE,
     RUNTIME_CONFIG,
     SURGE_THEN_DRAIN,
+    ComponentLifecycle,
     components_of,
     dig,
     resolve_component,
@@ -35,9 +37,6 @@ from omegitops.manifests.repository import (
 from omegitops.manifests.schemas import is_valid, validator
 
 MAX_ERRORS_PER_OBJECT = 20
-# Kubernetes' limit on a label value and on a Service name (a DNS-1123 label).
-MAX_LABEL = 63
-REVISION_HASH_LENGTH = 8  # the hex digits of lifecycle.templates.revision_hash
 BUDGET_FIELDS = ("maxSurge", "maxUnavailable")
 
 
@@ -169,33 +168,42 @@ def service_errors(
                 "(set spec.runtime.name)",
             ))
             return errors
-        errors.extend(_name_length_errors(service, component))
-        errors.extend(_stuck_budget_errors(service, runtime_data, component, operator))
+        lifecycle = resolve_component(service.data, runtime_data, component, operator)
+        errors.extend(_derived_name_errors(service, lifecycle))
+        errors.extend(_stuck_budget_errors(service, lifecycle))
     return errors
 
 
-def _name_length_errors(service: Manifest, component: str) -> list[ManifestError]:
-    """A name that fits an InferenceService but not the objects made from it:
-    the ``ome.io/revision`` label ``{name}-{component}-{8 hex}`` and the headless
-    Service ``{name}-{component}-pods`` must be at most 63 characters."""
-    name = service.id.name
-    longest = max(len(f"{name}-{component}-{'0' * REVISION_HASH_LENGTH}"),
-                  len(f"{name}-{component}-pods"))
-    if longest <= MAX_LABEL:
-        return []
-    room = MAX_LABEL - (longest - len(name))
-    return [service.error(("metadata", "name"), (
-        f"{len(name)} characters is too long for OMENative component {component}: its "
-        f"revision label (NAME-{component}-<8 hex>) would be {longest} characters, over "
-        f"Kubernetes' {MAX_LABEL}; use at most {room}"
-    ))]
+def _derived_name_errors(service: Manifest, lifecycle: ComponentLifecycle) -> list[ManifestError]:
+    """A name that fits an InferenceService but not the objects made from it (a gang's
+    pod hostname, a Service name, the ``ome.io/revision`` label...), which the API
+    server would refuse on every pass."""
+    name, component = service.id.name, lifecycle.component
+    derived = derived_names(service.id.namespace, name, lifecycle)
+    errors = []
+    long = sorted((d for d in derived if d.too_long), key=lambda d: -d.excess)
+    if long:
+        worst, others = long[0], len(long) - 1
+        more = f" ({others} more derived name{'s are' if others > 1 else ' is'} too)" \
+            if others else ""
+        fit = longest_fitting(service.id.namespace, lifecycle, len(name))
+        errors.append(service.error(("metadata", "name"), (
+            f"{len(name)} characters is too long for OMENative component {component}: its "
+            f"{worst.what} {worst.value} would be {len(worst.value)} characters, over the "
+            f"{worst.rule.limit} of {worst.rule.title}{more}; use a name of at most {fit} "
+            "characters")))
+    malformed = [d for d in derived if d.malformed]
+    if malformed:
+        bad = malformed[0]
+        errors.append(service.error(("metadata", "name"), (
+            f"OMENative component {component}'s {bad.what} {bad.value} would not be "
+            f"{bad.rule.title}: it {bad.rule.form}")))
+    return errors
 
 
-def _stuck_budget_errors(
-    service: Manifest, runtime: dict | None, component: str, operator: OperatorSettings
-) -> list[ManifestError]:
+def _stuck_budget_errors(service: Manifest, lifecycle: ComponentLifecycle) -> list[ManifestError]:
     """Budgets with which no Instance could ever move."""
-    lifecycle = resolve_component(service.data, runtime, component, operator)
+    component = lifecycle.component
     surge = lifecycle.fields.get("updateStrategy.rollingUpdate.maxSurge")
     unavailable = lifecycle.fields["updateStrategy.rollingUpdate.maxUnavailable"]
     strategy = lifecycle.strategy

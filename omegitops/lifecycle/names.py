@@ -1,0 +1,151 @@
+"""The Kubernetes names omegitops derives from an InferenceService, and their rules.
+
+An InferenceService name that validates can still give a component an
+object name, a hostname or a label value that the API server refuses: a
+gang's pod hostname ``{isvc}-{component}-{index}-leader-0`` is a DNS-1123
+label of at most 63 characters, and the routing Service ``{isvc}-{component}``
+a DNS-1035 label, which starts with a letter. ``derived_names`` renders the
+component's objects with the very functions that reconcile builds them with
+(pods, Services, PodGroup, ControllerRevision, InferenceReplica), from empty
+templates, and reads their names back, so the rules are checked against the
+naming scheme itself and never against a second copy of it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from omegitops.lifecycle.instance import PodSpecInput, instance_pods
+from omegitops.lifecycle.resolve import ComponentLifecycle
+from omegitops.lifecycle.revisions import revision_object
+from omegitops.lifecycle.services import desired_services, podgroup_name
+from omegitops.lifecycle.templates import DEFAULT, LEADER, WORKER, revision_name
+from omegitops.lifecycle.work import PODGROUP_LABEL, DesiredComponent
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One of Kubernetes' name rules (k8s.io/apimachinery/pkg/util/validation)."""
+
+    title: str
+    limit: int
+    pattern: re.Pattern[str]
+    form: str  # what the pattern asks, for a message
+
+    def allows(self, value: str) -> bool:
+        return len(value) <= self.limit and bool(self.pattern.match(value))
+
+
+DNS1123_SUBDOMAIN = Rule(
+    "a DNS-1123 subdomain", 253,
+    re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+    "must hold only lower-case letters, digits, '-' and '.', and start and end with a "
+    "letter or digit")
+DNS1123_LABEL = Rule(
+    "a DNS-1123 label", 63, re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+    "must hold only lower-case letters, digits and '-', and start and end with a letter or "
+    "digit")
+DNS1035_LABEL = Rule(
+    "a DNS-1035 label", 63, re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$"),
+    "must start with a letter and hold only lower-case letters, digits and '-'")
+LABEL_VALUE = Rule(
+    "a label value", 63, re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"),
+    "must hold only letters, digits, '-', '_' and '.', and start and end with a letter or "
+    "digit")
+
+
+@dataclass(frozen=True)
+class DerivedName:
+    """A name made from the service's, where it ends up, and the rule it must meet."""
+
+    what: str
+    value: str
+    rule: Rule
+
+    @property
+    def too_long(self) -> bool:
+        return len(self.value) > self.rule.limit
+
+    @property
+    def malformed(self) -> bool:
+        return not self.rule.pattern.match(self.value)
+
+    @property
+    def excess(self) -> int:
+        return len(self.value) - self.rule.limit
+
+
+def highest_index(lifecycle: ComponentLifecycle) -> int:
+    """The highest Instance index the component reaches at its desired count.
+
+    A new Instance takes the lowest free index, and a migration or a gang's surge
+    starts its replacement at a new one while the source still holds its own
+    (instances.txt "Index"): each desired Instance and a replacement beside it.
+    """
+    return 2 * max(lifecycle.replicas, 1) - 1
+
+
+def derived_names(namespace: str, isvc: str, lifecycle: ComponentLifecycle) -> list[DerivedName]:
+    """Every name the component's objects get from ``isvc``, read from the objects
+    reconcile would create, rendered from empty templates."""
+    desired = _skeleton(namespace, isvc, lifecycle)
+    index = highest_index(lifecycle)
+    names = [DerivedName("InferenceReplica name", desired.name, DNS1123_SUBDOMAIN)]
+    revision = revision_object(desired, 1)
+    names.append(DerivedName("ControllerRevision name", revision["metadata"]["name"],
+                             DNS1123_SUBDOMAIN))
+    names += _label_values("ControllerRevision", revision["metadata"]["labels"])
+    for service in desired_services(desired):
+        names.append(DerivedName("Service name", service["metadata"]["name"], DNS1035_LABEL))
+        names += _label_values("Service selector", service["spec"]["selector"])
+    spec = PodSpecInput(namespace, isvc, lifecycle.component, desired.revision,
+                        desired.templates, lifecycle.worker_size, desired.gang)
+    # A single pod's SurgeThenDrain replacement takes the other ordinal.
+    for base in (0,) if desired.gang else (0, 1):
+        for pod in instance_pods(spec, index, 1, base):
+            names += _pod_names(pod)
+    if desired.gang:
+        group = podgroup_name(desired, index)
+        names.append(DerivedName("PodGroup name", group, DNS1123_SUBDOMAIN))
+        names.append(DerivedName(f"pod label {PODGROUP_LABEL}", group, LABEL_VALUE))
+    return list(dict.fromkeys(names))
+
+
+def longest_fitting(namespace: str, lifecycle: ComponentLifecycle, upto: int) -> int:
+    """The longest service name, at most ``upto`` characters, whose derived names are
+    all short enough (0 when none is): names only grow with the service's."""
+    low, high = 0, upto
+    while low < high:
+        middle = (low + high + 1) // 2
+        if any(d.too_long for d in derived_names(namespace, "a" * middle, lifecycle)):
+            high = middle - 1
+        else:
+            low = middle
+    return low
+
+
+def _skeleton(namespace: str, isvc: str, lifecycle: ComponentLifecycle) -> DesiredComponent:
+    runners = (LEADER, WORKER) if lifecycle.shape == "gang" else (DEFAULT,)
+    templates = {runner: {"metadata": {"labels": {}, "annotations": {}},
+                          "spec": {"containers": []}} for runner in runners}
+    return DesiredComponent(namespace=namespace, isvc=isvc, component=lifecycle.component,
+                            lifecycle=lifecycle, templates=templates,
+                            revision=revision_name(isvc, lifecycle.component, templates))
+
+
+def _pod_names(pod: dict) -> list[DerivedName]:
+    meta, spec = pod["metadata"], pod["spec"]
+    names = [DerivedName("pod name", meta["name"], DNS1123_SUBDOMAIN)]
+    if "hostname" in spec:
+        names.append(DerivedName("pod hostname (spec.hostname)", spec["hostname"],
+                                 DNS1123_LABEL))
+    if "subdomain" in spec:
+        names.append(DerivedName("pod subdomain (spec.subdomain)", spec["subdomain"],
+                                 DNS1123_LABEL))
+    return names + _label_values("pod", meta["labels"])
+
+
+def _label_values(owner: str, labels: dict[str, str]) -> list[DerivedName]:
+    return [DerivedName(f"{owner} label {key}", value, LABEL_VALUE)
+            for key, value in sorted(labels.items())]
