@@ -297,3 +297,23 @@ def test_a_held_revision_deleted_by_hand_is_recreated_not_patched_when_released(
                                                      (current, "sglang:v2")}
     assert _condition(scenario, "RevisionMissing") is None
     assert prior != current
+
+
+def test_a_lost_status_and_a_deleted_revision_rebuild_a_partial_gang_whole(tmp_path):
+    """Rows rebuilt from the pods take the held gang's revision from its labels; with
+    that revision gone and a worker lost too, the gang restarts whole at the current."""
+    scenario, prior, current = _staged_with_the_prior_revision_deleted(tmp_path, workers=1)
+    scenario.strict_gangs = False
+    with SimCluster(scenario.path) as cluster:
+        cluster.delete_object("InferenceReplica", "demo", "svc-engine")
+        cluster.delete_pod("demo", "svc-engine-0-worker-0", 0)
+    scenario.advance(1)
+    scenario.until_idle()
+    rows = {r["index"]: r for r in scenario.rows("svc-engine")}
+    assert {i: (r["revision"], r["incarnation"], r["phase"]) for i, r in rows.items()} == {
+        0: (current, 2, "Ready"), 1: (current, 2, "Ready")}
+    assert set(_revisions(scenario, "svc-engine-").values()) == {
+        (current, "sglang:v2")}
+    assert [e["message"] for e in scenario.events("RevisionMissing")] == [(
+        f"OMENative component=engine instance=0 revision {prior} has no ControllerRevision, "
+        f"so its missing pods cannot be built; restarting the whole Instance at {current}")]
