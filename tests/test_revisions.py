@@ -317,3 +317,31 @@ def test_a_lost_status_and_a_deleted_revision_rebuild_a_partial_gang_whole(tmp_p
     assert [e["message"] for e in scenario.events("RevisionMissing")] == [(
         f"OMENative component=engine instance=0 revision {prior} has no ControllerRevision, "
         f"so its missing pods cannot be built; restarting the whole Instance at {current}")]
+
+
+def test_an_in_place_target_whose_revision_is_deleted_is_recreated_at_the_newest(tmp_path):
+    """Images not yet patched, and the target's templates gone with its withdrawn
+    ControllerRevision: nothing says what to patch, so the Instance is recreated."""
+    life = strategy("InPlaceIfPossible")
+    scenario, change = converged(tmp_path, replicas=1, lifecycle=life)
+    change(image="sglang:v2")
+    scenario.run_pass()
+    (row,) = scenario.rows("svc-engine")
+    assert (row["operation"]["mode"], row["operation"]["step"]) == ("InPlace", "PatchImages")
+    withdrawn = row["operation"]["targetRevision"]
+    change(image="sglang:v3")
+    with SimCluster(scenario.path) as cluster:
+        cluster.delete_object("ControllerRevision", "demo", withdrawn)
+    scenario.run_pass()
+    (row,) = scenario.rows("svc-engine")
+    assert row["operation"]["mode"] == "Drain"
+    scenario.until_idle()
+    newest = scenario.replica("svc-engine")["spec"]["revision"]
+    (row,) = scenario.rows("svc-engine")
+    assert (row["revision"], row["incarnation"]) == (newest, 2)
+    assert _revisions(scenario, "svc-engine-") == {"svc-engine-0-default-0":
+                                                   (newest, "sglang:v3")}
+    assert [e["message"] for e in scenario.events("RevisionMissing")] == [(
+        f"OMENative component=engine instance=0 revision {withdrawn} has no "
+        "ControllerRevision, so its images cannot be set in place; recreating the Instance "
+        f"at {newest}")]
