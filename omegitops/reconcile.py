@@ -24,6 +24,7 @@ from omegitops.cluster.base import (
     Cluster,
 )
 from omegitops.cluster.errors import AlreadyExists, Conflict, NotFound
+from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, sequence_value
 from omegitops.cluster.times import format_time
 from omegitops.errors import ClusterError
 from omegitops.gcpause import without_gc_pauses
@@ -38,6 +39,7 @@ from omegitops.lifecycle.actions import (
     SetServing,
 )
 from omegitops.lifecycle.desired import build_desired
+from omegitops.lifecycle.outbox import OUTBOX
 from omegitops.lifecycle.planner import (
     DesiredComponent,
     ObservedComponent,
@@ -113,6 +115,9 @@ class PassResult:
     orphans: list[str] = field(default_factory=list)
     # False when a LIST failed: nothing was planned or written, and the work is unknown.
     observed: bool = True
+    # True when RBAC does not grant what the run needs: nothing was written, and the
+    # run stops (errors holds one line per missing permission).
+    forbidden: bool = False
 
     @property
     def busy(self) -> bool:
@@ -207,34 +212,85 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent],
         result = PassResult(now=cluster.now(), observed=False)
         result.errors.append(f"observing the cluster: {err}")
         return result
+    if not _may_write(cluster, result, prune):
+        return result
+    writes = Writes()
     for item, plan in result.plans:
         try:
-            result.applied += apply_plan(cluster, plan, result.now)
+            apply_plan(cluster, plan, result.now, writes)
         except Conflict as err:
             # Someone else wrote the InferenceReplica: plan it again next pass.
             log.info("%s: %s; planning it again next pass", plan.replica["metadata"]["name"], err)
         except ClusterError as err:
             result.errors.append(f"{plan.replica['metadata']['name']}: {err}")
+    result.applied = writes.count
     return result
 
 
-def apply_plan(cluster: Cluster, plan: Plan, now: datetime) -> int:
-    """Apply one component's plan in order; returns the number of writes."""
-    writes = 0
+def _may_write(cluster: Cluster, result: PassResult, prune: Pruning | None) -> bool:
+    """Before the run's first write, whether RBAC grants all the run will use.
+
+    Asked once per run (the cluster keeps the answer): a missing permission found
+    halfway through would leave components half-moved, each stopped at a different
+    step, while the job goes on failing on every pass.
+    """
+    if not any(plan.replica_changed or plan.actions or plan.events
+               for _, plan in result.plans):
+        return True
+    try:
+        missing = cluster.missing_permissions(prune is not None)
+    except ClusterError as err:
+        result.errors.append(f"checking the job's permissions: {err}")
+        return False
+    if missing:
+        result.errors.extend(missing)
+        result.forbidden = True
+        return False
+    return True
+
+
+@dataclass
+class Writes:
+    """The writes of a pass so far, kept when one fails halfway through a plan."""
+
+    count: int = 0
+
+
+def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | None = None) -> int:
+    """Apply one component's plan in order; returns the number of writes.
+
+    Its events were recorded in the InferenceReplica's outbox by the plan: they are
+    sent after the pod actions, then the outbox is cleared. A pass that stops
+    before that leaves them in the outbox, and the next pass sends them.
+    """
+    writes = writes if writes is not None else Writes()
+    start = writes.count
+    # Read before any write, so that a refusal stops the component before it moves.
+    uid = _service_uid(cluster, plan.replica) if plan.events else None
+    stored = plan.replica
     if plan.replica_changed:
-        _write_replica(cluster, plan.replica)
-        writes += 1
-        writes += _write_service_status(cluster, plan.replica)
+        stored = _write_replica(cluster, plan.replica, writes)
+        _write_service_status(cluster, plan.replica, writes)
     for action in plan.actions:
         _apply(cluster, action)
-        writes += 1
+        writes.count += 1
+    source = stored["metadata"].get("uid") or stored["metadata"]["name"]
     for event in plan.events:
-        cluster.record_event(_event(plan.replica, event, now))
-        writes += 1
-    return writes
+        if cluster.record_event(_event(plan.replica, event, now, uid, source)) is not None:
+            writes.count += 1
+    if plan.clear_outbox:
+        _clear_outbox(cluster, stored)
+        writes.count += 1
+    return writes.count - start
 
 
-def _write_replica(cluster: Cluster, replica: dict) -> None:
+def _service_uid(cluster: Cluster, replica: dict) -> str | None:
+    return cluster.inference_service_uid(replica["metadata"]["namespace"],
+                                         replica["spec"]["inferenceService"])
+
+
+def _write_replica(cluster: Cluster, replica: dict, writes: Writes) -> dict:
+    """Write the InferenceReplica (two requests); returns it as stored."""
     meta = replica["metadata"]
     if not meta.get("resourceVersion"):
         try:
@@ -243,26 +299,37 @@ def _write_replica(cluster: Cluster, replica: dict) -> None:
         except AlreadyExists as err:
             # A create that timed out may have landed: re-read and plan again next pass.
             raise Conflict(str(err)) from err
+        writes.count += 1
         replica = {**replica, "metadata": created["metadata"]}
-        cluster.replace_status(replica)
-        return
+        stored = cluster.replace_status(replica)
+        writes.count += 1
+        return stored
     # Status first: it records what this pass does (a reset, a release), while the
     # object write drops the annotations that asked for it. The other way round, a
     # failed status write after the object write lost the operator's request for good;
     # this way a failed object write leaves the annotation, and the next pass finds the
     # request already done (a reset or a release only acts on what is still Failed or held).
     stored = cluster.replace_status(replica)
-    cluster.replace_object({**replica, "metadata": {
+    writes.count += 1
+    stored = cluster.replace_object({**replica, "metadata": {
         **replica["metadata"], "resourceVersion": stored["metadata"]["resourceVersion"]}})
+    writes.count += 1
+    return stored
 
 
-def _write_service_status(cluster: Cluster, replica: dict) -> int:
+def _clear_outbox(cluster: Cluster, stored: dict) -> None:
+    """Empty the outbox once its events are sent: one status write on what is stored."""
+    status = {k: v for k, v in (stored.get("status") or {}).items() if k != OUTBOX}
+    cluster.replace_status({**stored, "status": status})
+
+
+def _write_service_status(cluster: Cluster, replica: dict, writes: Writes) -> None:
     """Where the InferenceService itself lives in the cluster (OME's CRDs installed),
     its status.components.{component}.lifecycle gets the component's totals and
     rolloutHold, as the documents show them. Backends without it skip this."""
     update = getattr(cluster, "update_service_status", None)
     if update is None:
-        return 0
+        return
     spec, status = replica["spec"], replica["status"]
     totals = {
         "replicas": spec["replicas"],
@@ -275,9 +342,9 @@ def _write_service_status(cluster: Cluster, replica: dict) -> int:
         "revision": spec["revision"],
         "rolloutHold": status.get("rolloutHold"),
     }
-    written = update(replica["metadata"]["namespace"], spec["inferenceService"],
-                     spec["component"], totals)
-    return 1 if written else 0
+    if update(replica["metadata"]["namespace"], spec["inferenceService"], spec["component"],
+              totals):
+        writes.count += 1
 
 
 def _apply(cluster: Cluster, action: Action) -> None:
@@ -315,16 +382,25 @@ def _apply(cluster: Cluster, action: Action) -> None:
         raise TypeError(f"unknown action {action!r}")
 
 
-def _event(replica: dict, event: Event, now: datetime) -> dict:
+def _event(replica: dict, event: Event, now: datetime, uid: str | None,
+           source: str) -> dict:
+    """The core/v1 Event on the InferenceService (its uid when the API holds it, so that
+    ``kubectl describe inferenceservice`` lists it), marked with its outbox entry."""
     namespace = replica["metadata"]["namespace"]
     name = replica["spec"]["inferenceService"]
     stamp = format_time(now.timestamp())
+    involved = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
+                "namespace": namespace, "name": name}
+    if uid:
+        involved["uid"] = uid
+    metadata: dict = {"namespace": namespace, "labels": dict(MANAGED)}
+    if event.sequence is not None:
+        metadata["annotations"] = {SEQUENCE_ANNOTATION: sequence_value(source, event.sequence)}
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"namespace": namespace, "labels": dict(MANAGED)},
-        "involvedObject": {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
-                           "namespace": namespace, "name": name},
+        "metadata": metadata,
+        "involvedObject": involved,
         "type": event.type,
         "reason": event.reason,
         "message": event.message,
@@ -343,6 +419,7 @@ MAX_PASSES = 5000
 IDLE = "idle"
 BUDGET_SPENT = "time budget spent with work in flight"
 STUCK = "still busy, but nothing will change by itself"
+FORBIDDEN = "the job's account lacks permissions the run needs"
 PASS_LIMIT = "pass limit reached"
 
 
@@ -364,6 +441,8 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
             on_pass(result)
         if not result.busy:
             return IDLE
+        if result.forbidden:
+            return FORBIDDEN
         if cluster.poll_seconds:
             wake = _next_look(cluster, result, stop_at)
             if wake is None:

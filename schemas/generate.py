@@ -652,6 +652,10 @@ def inference_replica_document() -> Schema:
             "updateRevision": revision,
             "conditions": {"type": "array", "items": {"$ref": "#/$defs/Condition"}},
             "rolloutHold": nullable({"$ref": "#/$defs/RolloutHold"}),
+            # Events recorded with the status write and not sent yet (lifecycle/outbox.py),
+            # and the counter that numbers them.
+            "eventSequence": count,
+            "eventOutbox": {"type": "array", "items": {"$ref": "#/$defs/OutboxEvent"}},
             "instances": {
                 "oneOf": [
                     {"type": "array", "items": {"$ref": "#/$defs/InstanceStatus"}},
@@ -673,6 +677,15 @@ def inference_replica_document() -> Schema:
                 "lastTransitionTime": time,
             },
             required=["type", "status"],
+        ),
+        "OutboxEvent": closed(
+            {
+                "sequence": {"type": "integer", "minimum": 1},
+                "type": {"type": "string", "enum": ["Normal", "Warning"]},
+                "reason": string,
+                "message": string,
+            },
+            required=["sequence", "type", "reason", "message"],
         ),
         "RolloutHold": open_object(
             {"gate": string, "reason": string, "since": time, "target": nullable(revision)},

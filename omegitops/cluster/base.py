@@ -148,9 +148,24 @@ class Cluster(abc.ABC):
         """Delete an object; NotFound if absent. Finalizers keep it, terminating, until cleared."""
 
     @abc.abstractmethod
-    def record_event(self, event: dict) -> dict:
+    def record_event(self, event: dict) -> dict | None:
         """Record a core/v1 Event about ``event["involvedObject"]``.
 
         A repeat (same involved object, type, reason and message) is aggregated
-        into the existing Event: count + 1, lastTimestamp = now.
+        into the existing Event: count + 1, lastTimestamp = now. An event sent for
+        an outbox entry (the ``ome.io/outbox-sequence`` annotation) that the Event
+        already counts is a resend: nothing is written and the answer is None
+        (``omegitops.cluster.sequences``).
         """
+
+    # -- the run's account and the InferenceServices --------------------------------
+
+    def inference_service_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of the InferenceService when the cluster's API holds it, so that its
+        Events show on it; None when it does not (no OME CRDs, or not applied)."""
+        return None
+
+    def missing_permissions(self, prune: bool) -> list[str]:
+        """What a reconcile run (with ``--prune`` or not) would need and may not do, one
+        line each; asked before the run's first write. Empty when all is allowed."""
+        return []

@@ -26,9 +26,21 @@ class Invalid(ClusterError):
     """The API server refuses the object or the change (HTTP 422)."""
 
 
+class Forbidden(ClusterError):
+    """The job's account may not make that request (HTTP 403): RBAC must grant it."""
+
+
+class Expired(ClusterError):
+    """A list's continue token is older than the API server keeps (HTTP 410 Expired)."""
+
+
 class Transient(ClusterError):
     """A failure worth retrying: timeout, throttling, connection reset (HTTP 429/5xx)."""
 
 
 class LockHeld(ClusterError):
     """Another process holds the cluster (a lock file on ``sim:``, a Lease on a real cluster)."""
+
+
+class LeaseLost(LockHeld):
+    """Another run took the Lease while this one was running: it must stop writing."""

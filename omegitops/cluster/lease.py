@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Self
 
-from omegitops.cluster.errors import AlreadyExists, Conflict, LockHeld, NotFound
+from omegitops.cluster.errors import AlreadyExists, Conflict, LeaseLost, LockHeld, NotFound
 from omegitops.cluster.kube.events import micro_time
 from omegitops.cluster.kube.resources import LEASE, RESOURCES
 from omegitops.cluster.kube.rest import Rest
@@ -101,7 +101,7 @@ class Lease:
         self._take_over(current)
 
     def renew(self) -> None:
-        """Move renewTime to now. LockHeld if another run took the Lease meanwhile."""
+        """Move renewTime to now. LeaseLost if another run took the Lease meanwhile."""
         if self._stored is None:
             raise ClusterError(f"{self.what}: renew() before acquire()")
         body = self._with_spec(self._stored, renewTime=micro_time(self.clock()))
@@ -112,7 +112,7 @@ class Lease:
             if current is None or _holder(current) != self.identity:
                 self._stored = None
                 holder = _holder(current) if current else "nobody (it was deleted)"
-                raise LockHeld(f"{self.what}: lost to {holder} while running") from err
+                raise LeaseLost(f"{self.what}: lost to {holder} while running") from err
             # Our own earlier write went through after all (a timed-out request): renew on it.
             self._adopt(self._replace(self._with_spec(current,
                                                       renewTime=micro_time(self.clock()))))

@@ -8,7 +8,7 @@ import sys
 
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
-from omegitops.cluster.errors import LockHeld
+from omegitops.cluster.errors import LeaseLost, LockHeld
 from omegitops.commands.common import add_repo_args, print_errors
 from omegitops.commands.get import replica_table
 from omegitops.errors import UsageError
@@ -103,8 +103,14 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
                 log.warning("InferenceReplica %s: its component is no longer in the "
                             "repository; --prune tears it down", orphan)
 
+        lost = None
         if args.until_idle:
-            stop = run_until_idle(cluster, items, args.max_seconds, progress, prune)
+            try:
+                stop = run_until_idle(cluster, items, args.max_seconds, progress, prune)
+            except LeaseLost as err:
+                # Another run holds the cluster now: write nothing more, but report what
+                # the passes done so far left (reads need no Lease).
+                lost, stop = err, IDLE
             if stop != IDLE:
                 log.warning("stopping: %s", stop)
         else:
@@ -116,6 +122,9 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
 
             write_report(report_dir, loaded, cluster, repository=repository)
     print(replica_table(replicas, now))
+    if lost is not None:
+        print(f"omegitops: error: {lost}; stopped after {passes} passes", file=sys.stderr)
+        failed = True
     return 1 if failed or not loaded.result.ok else 0
 
 

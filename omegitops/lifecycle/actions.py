@@ -87,6 +87,8 @@ class Event:
     type: str  # Normal or Warning
     reason: str
     message: str
+    # Its number in the InferenceReplica's outbox (lifecycle/outbox.py), once recorded.
+    sequence: int | None = None
 
     def describe(self) -> str:
         return f"event {self.type} {self.reason}: {self.message}"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from omegitops.lifecycle import outbox
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, DeleteObject, Event
 from omegitops.lifecycle.failures import check_instance, ended_failure
@@ -75,6 +76,8 @@ class Plan:
     events: list[Event]
     wake_at: datetime | None
     busy: bool
+    # Whether the InferenceReplica's outbox holds the events, to be cleared once sent.
+    clear_outbox: bool = False
 
     @property
     def is_noop(self) -> bool:
@@ -105,14 +108,14 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     _scale(work)
     rollout = plan_rollout(work, previous.get("rolloutHold"))
     replica = _replica(work, rollout)
-    changed = _replica_changed(observed.replica, replica)
+    removed = False
     if desired.teardown:
         if not work.rows and not observed.pods:
             # Every Instance is gone: the component's own objects go last, the record last of all.
             work.actions.extend(teardown_objects(desired, observed))
             work.event("Normal", "ComponentRemoved", None,
                        "removed: the repository no longer has it (--prune)")
-            changed = False
+            removed = True
     else:
         work.actions.extend(plan_services(desired, observed.services))
         work.actions.extend(plan_revisions(desired, observed.revisions, work.rows.values()))
@@ -121,7 +124,13 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     busy = busy or sum(counts_toward_desired(work, r) for r in work.rows.values()) != (
         desired.lifecycle.replicas)
     wake = datetime.fromtimestamp(min(work.wakes), UTC) if work.wakes else None
-    return Plan(desired.component, replica, changed, work.actions, work.events, wake, busy)
+    # The events go into the outbox with the first write; a removed component's record
+    # is deleted instead, so its last events are only sent.
+    events, recorded = outbox.post(previous, work.events)
+    replica["status"].update(recorded)
+    changed = not removed and _replica_changed(observed.replica, replica)
+    return Plan(desired.component, replica, changed, work.actions, events, wake, busy,
+                clear_outbox=not removed and bool(recorded.get(outbox.OUTBOX)))
 
 
 def teardown_objects(desired: DesiredComponent, observed: ObservedComponent) -> list[Action]:

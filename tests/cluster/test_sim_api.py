@@ -6,6 +6,7 @@ import pytest
 from sim_helpers import NS, elapsed, get, make_pod
 
 from omegitops.cluster.errors import AlreadyExists, Conflict, NotFound
+from omegitops.cluster.sequences import SEQUENCE_ANNOTATION
 
 
 def _irep(name="svc-engine"):
@@ -87,3 +88,20 @@ def test_list_pods_filters_by_labels_and_returns_copies(cluster):
     assert [p["metadata"]["name"] for p in pods] == ["a"]
     pods[0]["metadata"]["labels"]["app"] = "changed"
     assert get(cluster, "a")["metadata"]["labels"]["app"] == "engine"
+
+
+def test_a_resent_outbox_entry_is_not_counted_again(cluster):
+    def sent(sequence: int, source: str = "uid-a") -> dict:
+        return {"metadata": {"annotations": {SEQUENCE_ANNOTATION: f"{source}/{sequence}"}},
+                "involvedObject": {"kind": "InferenceService", "namespace": NS, "name": "svc"},
+                "type": "Normal", "reason": "InstanceCreating", "message": "instance=0"}
+
+    first = cluster.record_event(sent(3))
+    assert cluster.record_event(sent(3)) is None  # the same entry again: skipped
+    assert cluster.record_event(sent(2)) is None  # an older one of the same record
+    repeat = cluster.record_event(sent(4))  # a new entry: a true repeat
+    assert (first["count"], repeat["count"]) == (1, 2)
+    assert repeat["metadata"]["annotations"][SEQUENCE_ANNOTATION] == "uid-a/4"
+    # A recreated InferenceReplica numbers from 1 again: its entries are its own.
+    assert cluster.record_event(sent(1, source="uid-b"))["count"] == 3
+    assert len(cluster.list_objects("Event")) == 1

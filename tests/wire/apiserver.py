@@ -33,7 +33,15 @@ What it does as the real one does:
   ``reason``, ``type``; pods' ``spec.nodeName``, ``status.phase``);
 - leaves ``kind`` and ``apiVersion`` out of built-in kinds' list items;
 - validates and prunes custom resources against the CRD's schema when given
-  one (``crd_schemas``), as a structural schema makes the real one do.
+  one (``crd_schemas``), as a structural schema makes the real one do;
+- pages lists with ``limit`` and ``continue`` (items in namespace/name order,
+  ``metadata.continue`` and ``remainingItemCount`` while more remain); a
+  token from before ``compact()`` answers 410 Expired, as etcd's compaction
+  makes the real one do;
+- authorizes: ``forbid(verb, group, resource, namespace=None)`` refuses matching
+  requests with 403 Forbidden and the real message, and
+  ``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`` answers
+  whether a request would be allowed (everything else is).
 
 With ``store=`` (e.g. ``simstore.SimStore``), objects live in that store instead
 of the double's own dicts: reads come from ``store.objects(served)`` and
@@ -43,13 +51,15 @@ answer as the verbs here do (raising ``ApiError``). Routing, discovery, faults
 and the request log stay the double's. ``add``, ``modify`` and
 ``finish_terminating`` are for the double's own storage only.
 
-What it does not: watches, pagination (``limit``/``continue``), server-side
-apply, dry runs, admission (defaults, quotas, namespaces that must exist),
-owner-reference garbage collection, authentication and RBAC, protobuf/CBOR.
+What it does not: watches, consistent snapshots across a list's pages (each
+page is read from the current objects), server-side apply, dry runs,
+admission (defaults, quotas, namespaces that must exist), owner-reference
+garbage collection, authentication and RBAC rules, protobuf/CBOR.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import random
@@ -103,6 +113,11 @@ BUILT_IN = (
 )
 INFERENCE_SERVICES = Served("ome.io/v1beta1", "inferenceservices", "InferenceService",
                             status=True, custom=True)
+# Asked, never stored: whether a request of the caller would be allowed.
+ACCESS_REVIEWS = Served("authorization.k8s.io/v1", "selfsubjectaccessreviews",
+                        "SelfSubjectAccessReview", namespaced=False)
+# The account the wire tests' requests are made as, in Forbidden messages.
+USER = "system:serviceaccount:omegitops:omegitops"
 POD_GROUPS = Served("scheduling.x-k8s.io/v1alpha1", "podgroups", "PodGroup", status=True,
                     custom=True)
 
@@ -140,7 +155,8 @@ class Request:
 @dataclass
 class Fault:
     """The next ``times`` requests matching ``method`` and ``path`` (a regex searched in the
-    path) fail: an error Status, a delay before the normal answer, or a dropped connection."""
+    path) fail: an error Status, a delay before the normal answer, or a dropped connection
+    (before the request is carried out, or with ``landed`` after it)."""
 
     method: str
     path: re.Pattern
@@ -149,9 +165,28 @@ class Fault:
     reason: str = ""
     delay: float = 0.0
     drop: bool = False
+    query: re.Pattern | None = None  # searched in the raw query string too
+    landed: bool = False  # with drop: carried out first, only the answer is lost
 
-    def matches(self, method: str, path: str) -> bool:
-        return self.times > 0 and self.method in ("*", method) and bool(self.path.search(path))
+    def matches(self, method: str, path: str, query: str = "") -> bool:
+        return self.times > 0 and self.method in ("*", method) and bool(
+            self.path.search(path)) and (self.query is None or bool(self.query.search(query)))
+
+
+@dataclass(frozen=True)
+class Denial:
+    """Requests ``forbid`` refuses: a verb on group/resource[/subresource], in one
+    namespace or (None) in all."""
+
+    verb: str
+    group: str
+    resource: str  # with "/subresource" when there is one
+    namespace: str | None = None
+
+    def covers(self, verb: str, group: str, resource: str, namespace: str | None) -> bool:
+        # A permission asked for every namespace (None) is missing if any namespace lacks it.
+        return (self.verb, self.group, self.resource) == (verb, group, resource) and (
+            self.namespace is None or namespace is None or self.namespace == namespace)
 
 
 @dataclass
@@ -178,8 +213,11 @@ class ApiServerDouble:
         self.lock = threading.RLock()
         self.requests: deque[Request] = deque(maxlen=self.log_size)
         self.faults: list[Fault] = []
+        self.denials: list[Denial] = []
         self.resource_version = 0
-        self._served = {(s.group_version, s.plural): s for s in BUILT_IN}
+        self.compacted = 0  # continue tokens from before this resourceVersion are expired
+        self._converted: dict[str, tuple[dict, Any]] = {}  # plural -> (schema, validator)
+        self._served = {(s.group_version, s.plural): s for s in (*BUILT_IN, ACCESS_REVIEWS)}
         self._store: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
         self.serve(POD_GROUPS, self.podgroups)
         self.serve(INFERENCE_SERVICES, self.inferenceservices)
@@ -226,14 +264,29 @@ class ApiServerDouble:
                 self._served.pop(key, None)
 
     def fail(self, method: str, path: str, *, times: int = 1, status: int | None = None,
-             reason: str = "", delay: float = 0.0, drop: bool = False) -> Fault:
+             reason: str = "", delay: float = 0.0, drop: bool = False,
+             query: str | None = None, landed: bool = False) -> Fault:
         """Inject a fault on the next ``times`` matching requests (see ``Fault``)."""
         if status is None and not delay and not drop:
             status = 500
-        fault = Fault(method.upper(), re.compile(path), times, status, reason, delay, drop)
+        fault = Fault(method.upper(), re.compile(path), times, status, reason, delay, drop,
+                      re.compile(query) if query is not None else None, landed)
         with self.lock:
             self.faults.append(fault)
         return fault
+
+    def forbid(self, verb: str, group: str, resource: str,
+               namespace: str | None = None) -> None:
+        """Refuse ``verb`` on ``group/resource[/subresource]`` (in ``namespace``, else in
+        all), as RBAC that does not grant it would."""
+        with self.lock:
+            self.denials.append(Denial(verb, group, resource, namespace))
+
+    def compact(self) -> None:
+        """Forget history, as etcd's compaction does: continue tokens handed out so far
+        answer 410 Expired."""
+        with self.lock:
+            self.compacted = self.resource_version + 1
 
     def calls(self, verb: str | None = None, path: str | None = None) -> list[Request]:
         """Logged requests with that verb and a path matching the regex ``path``."""
@@ -307,11 +360,15 @@ class ApiServerDouble:
         verb = _verb(method, route)
         with self.lock:
             self.requests.append(Request(method, path, query, verb, content_type))
-            fault = next((f for f in self.faults if f.matches(method, path)), None)
+            fault = next((f for f in self.faults if f.matches(method, path, parts.query)),
+                         None)
             if fault is not None:
                 fault.times -= 1
+            refusal = self._refusal(verb, route)
+        if refusal is not None:
+            return 403, refusal.status()
         if fault is not None:
-            if fault.drop:
+            if fault.drop and not fault.landed:
                 return DROP
             if fault.status is not None:
                 return fault.status, ApiError(fault.status, fault.reason or _reason(fault.status),
@@ -323,9 +380,10 @@ class ApiServerDouble:
             return 400, ApiError(400, "BadRequest", "the body is not JSON").status()
         try:
             with self.lock:
-                return self._dispatch(method, route, query, content_type, payload)
+                answer = self._dispatch(method, route, query, content_type, payload)
         except ApiError as err:
-            return err.code, err.status()
+            answer = err.code, err.status()
+        return DROP if fault is not None and fault.landed else answer
 
     def _dispatch(self, method: str, route: Route, query: dict, content_type: str,
                   body: Any) -> tuple[int, dict]:
@@ -336,6 +394,10 @@ class ApiServerDouble:
         served, namespace, name, sub = route.served, route.namespace, route.name, route.subresource
         if served is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if served is ACCESS_REVIEWS:
+            if method != "POST" or name is not None:
+                raise ApiError(405, "MethodNotAllowed", "access reviews are only created")
+            return 201, self._review(_object_body(body))
         if method == "GET" and name is None:
             return 200, self._list(served, namespace, query)
         if method == "GET":
@@ -413,6 +475,38 @@ class ApiServerDouble:
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
                 "resources": resources}
 
+    # -- authorization ------------------------------------------------------------------
+
+    def _denied(self, verb: str, group: str, resource: str, namespace: str | None) -> bool:
+        return any(d.covers(verb, group, resource, namespace) for d in self.denials)
+
+    def _refusal(self, verb: str, route: Route) -> ApiError | None:
+        """The 403 the real server answers when RBAC does not grant the request."""
+        served = route.served
+        if served is None or served is ACCESS_REVIEWS or verb in ("discovery", "unknown"):
+            return None
+        resource = served.plural + (f"/{route.subresource}" if route.subresource else "")
+        if not self._denied(verb, served.group, resource, route.namespace):
+            return None
+        what = f'{served.qualified()} "{route.name}"' if route.name else served.qualified()
+        plural, _, sub = resource.partition("/")
+        where = (f'in the namespace "{route.namespace}"' if route.namespace
+                 else "at the cluster scope")
+        return ApiError(403, "Forbidden", f'{what} is forbidden: User "{USER}" cannot {verb} '
+                        f'resource "{plural}"' + (f' in subresource "{sub}"' if sub else "")
+                        + f' in API group "{served.group}" {where}')
+
+    def _review(self, review: dict) -> dict:
+        attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+        resource = attributes.get("resource", "")
+        if attributes.get("subresource"):
+            resource += f"/{attributes['subresource']}"
+        allowed = not self._denied(attributes.get("verb", ""), attributes.get("group", ""),
+                                   resource, attributes.get("namespace") or None)
+        return {**review, "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview", "metadata": {},
+                "status": {"allowed": allowed}}
+
     # -- the verbs ----------------------------------------------------------------------
 
     def _list(self, served: Served, namespace: str | None, query: dict) -> dict:
@@ -421,9 +515,11 @@ class ApiServerDouble:
             by_fields = field_selector(query.get("fieldSelector"), served.plural)
         except SelectorError as err:
             raise ApiError(400, "BadRequest", str(err)) from err
-        items = []
-        for (ns, _), obj in sorted(self._objects(served).items()):
-            if namespace is not None and ns != namespace:
+        limit, version, after = self._page(query)
+        items, keys = [], []
+        for key, obj in sorted(self._objects(served).items()):
+            if (namespace is not None and key[0] != namespace) or (
+                    after is not None and key <= after):
                 continue
             if by_labels(obj) and by_fields(obj):
                 item = copy.deepcopy(obj)
@@ -432,8 +528,37 @@ class ApiServerDouble:
                     item.pop("kind", None)
                     item.pop("apiVersion", None)
                 items.append(item)
+                keys.append(key)
+        metadata: dict[str, Any] = {"resourceVersion": version}
+        if limit is not None and len(items) > limit:
+            metadata["continue"] = _token(version, keys[limit - 1])
+            metadata["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
         return {"kind": f"{served.kind}List", "apiVersion": served.group_version,
-                "metadata": {"resourceVersion": self._list_version()}, "items": items}
+                "metadata": metadata, "items": items}
+
+    def _page(self, query: dict) -> tuple[int | None, str, tuple[str, str] | None]:
+        """(limit, the list's resourceVersion, the key the page starts after)."""
+        limit = None
+        if query.get("limit"):
+            try:
+                limit = int(query["limit"])
+            except ValueError as err:
+                raise ApiError(400, "BadRequest", f"invalid limit {query['limit']!r}") from err
+            limit = limit if limit > 0 else None
+        token = query.get("continue")
+        if not token:
+            return limit, self._list_version(), None
+        try:
+            decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+            version, after = str(decoded["rv"]), (decoded["ns"], decoded["name"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise ApiError(400, "BadRequest", "continue key is not valid") from err
+        if int(version) < self.compacted:
+            raise ApiError(410, "Expired", "The provided continue parameter is too old to "
+                           "display a consistent list result. You can start a new list "
+                           "without the continue parameter.")
+        return limit, version, after
 
     def _read(self, served: Served, namespace: str | None, name: str) -> dict:
         return copy.deepcopy(self._stored(served, namespace, name))
@@ -670,7 +795,12 @@ class ApiServerDouble:
         if schema is None:
             return obj
         obj = crdschema.prune(obj, schema)
-        problems = crdschema.validate(obj, schema)
+        cached = self._converted.get(served.plural)
+        if cached is None or cached[0] is not schema:
+            # Converting OME's 1.8 MB InferenceService schema takes longer than a request.
+            cached = (schema, crdschema.validator(schema))
+            self._converted[served.plural] = cached
+        problems = crdschema.validate(obj, schema, cached[1])
         if problems:
             raise ApiError(422, "Invalid", f'{served.kind}.{served.group} '
                            f'"{obj["metadata"].get("name")}" is invalid: ' + "; ".join(problems))
@@ -702,8 +832,15 @@ def _verb(method: str, route: Route) -> str:
 
 
 def _reason(status: int) -> str:
-    return {404: "NotFound", 409: "Conflict", 422: "Invalid", 429: "TooManyRequests",
-            500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}.get(status, "")
+    return {403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Expired",
+            422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
+            503: "ServiceUnavailable", 504: "Timeout"}.get(status, "")
+
+
+def _token(version: str, after: tuple[str, str]) -> str:
+    """An opaque continue token: the list's resourceVersion and the last key served."""
+    text = json.dumps({"rv": version, "ns": after[0], "name": after[1]})
+    return base64.urlsafe_b64encode(text.encode()).decode()
 
 
 def _object_body(body: Any) -> dict:

@@ -57,9 +57,16 @@ def _prune(value: Any, node: dict) -> Any:
     return value
 
 
-def validate(obj: dict, schema: dict) -> list[str]:
+def validator(schema: dict) -> jsonschema.Draft7Validator:
+    """The validator of a structural schema, to keep and pass to ``validate``."""
+    return jsonschema.Draft7Validator(to_json_schema(schema))
+
+
+def validate(obj: dict, schema: dict,
+             checker: jsonschema.Draft7Validator | None = None) -> list[str]:
     """Messages like the API server's (``spec.replicas: ...``); empty when valid."""
-    validator = jsonschema.Draft7Validator(to_json_schema(schema))
+    validator = checker if checker is not None else jsonschema.Draft7Validator(
+        to_json_schema(schema))
     return [f"{'.'.join(str(p) for p in error.absolute_path) or '<root>'}: {error.message}"
             for error in sorted(validator.iter_errors(obj), key=lambda e: list(e.path))]
 

@@ -56,8 +56,9 @@ from omegitops.cluster.kube import KubeCluster
 from omegitops.cluster.sim import SimCluster
 from omegitops.errors import ClusterError
 
-# What a merge patch of an Event may change: KubeCluster.record_event counts a repeat.
-EVENT_PATCH_FIELDS = {"count", "lastTimestamp"}
+# What a merge patch of an Event may change: KubeCluster.record_event counts a repeat,
+# and notes the outbox entry it counted in metadata.annotations.
+EVENT_PATCH_FIELDS = {"count", "lastTimestamp", "metadata"}
 
 
 class SimClockKube(KubeCluster):
@@ -178,7 +179,8 @@ class SimStore:
                 return self._patch_images(served, stored, (patch.get("spec") or {}).get(
                     "containers") or [], path, (patch.get("metadata") or {}).get("labels"))
         if served.kind == base.EVENT and kind == "application/merge-patch+json" and \
-                sub is None and patch.keys() <= EVENT_PATCH_FIELDS:
+                sub is None and patch.keys() <= EVENT_PATCH_FIELDS and \
+                (patch.get("metadata") or {}).keys() <= {"annotations"}:
             return self._patch_event(stored, patch, path)
         return self._refuse("PATCH", path, f"{kind} {sorted(patch)}")
 
@@ -239,18 +241,23 @@ class SimStore:
                           relabel)
 
     def _patch_event(self, stored: dict, patch: dict, path: str) -> dict:
-        """KubeCluster counts a repeat Event with a merge patch of ``count`` and
-        ``lastTimestamp`` on the Event it named itself. The Cluster interface has no such
+        """KubeCluster counts a repeat Event with a merge patch of ``count``,
+        ``lastTimestamp`` and its outbox annotation on the Event it named itself. The Cluster interface has no such
         write: the sim's ``record_event`` aggregates by its own index (which an Event made
         by ``create_object`` is not in) and ``replace_object`` replaces only metadata and
         spec. So the two fields go into the sim's store directly, with the sim's own
         resourceVersion bump: the one place this adapter writes around the SimCluster."""
         meta = stored["metadata"]
         live = self.sim._kind(base.EVENT)[f"{meta['namespace']}/{meta['name']}"]
-        changed = {k: v for k, v in patch.items() if live.get(k) != v}
-        if not changed:
+        annotations = (patch.get("metadata") or {}).get("annotations") or {}
+        fields = {k: v for k, v in patch.items() if k != "metadata"}
+        changed = {k: v for k, v in fields.items() if live.get(k) != v}
+        have = live["metadata"].setdefault("annotations", {})
+        moved = {k: v for k, v in annotations.items() if have.get(k) != v}
+        if not changed and not moved:
             return stored
         live.update(changed)
+        have.update(moved)
         self.sim._bump(live)
         self.writes.append(("PATCH", path, "(event fields)"))
         return copy.deepcopy(live)

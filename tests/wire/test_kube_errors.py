@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from wire_helpers import NS, make_pod
 
-from omegitops.cluster.errors import Conflict, Invalid, NotFound, Transient
+from omegitops.cluster.errors import Conflict, Forbidden, Invalid, NotFound, Transient
 from omegitops.cluster.kube import KubeCluster, RetryPolicy, plain_client
-from omegitops.errors import ClusterError
 
 PODS = r"^/api/v1/pods$"
 
@@ -74,10 +73,20 @@ def test_conflicts_not_found_and_invalid_are_not_retried(kube, api, sleeps):
     assert sleeps == []
 
 
-def test_forbidden_names_rbac(kube, api):
+def test_forbidden_names_the_missing_permission_in_one_line(kube, api, sleeps):
     api.fail("GET", PODS, status=403, reason="Forbidden", times=1)
-    with pytest.raises(ClusterError, match="403.*RBAC"):
+    with pytest.raises(Forbidden) as caught:
         kube.list_pods()
+    assert str(caught.value) == (
+        "Pod list: forbidden: list core/pods in all namespaces is not granted to this "
+        "account (HTTP 403; pipelines/rbac.yaml grants what omegitops needs)")
+    kube.create_pod(make_pod("a"))
+    api.fail("PATCH", r"/pods/a/status$", status=403, reason="Forbidden", times=1)
+    with pytest.raises(Forbidden, match=f"^Pod/{NS}/a: forbidden: patch core/pods/status in "
+                                        f"namespace {NS} is not granted") as caught:
+        kube.set_pod_condition(NS, "a", "ome.io/serving", True)
+    assert "\n" not in str(caught.value)
+    assert sleeps == []  # never retried
 
 
 def test_an_unknown_kind_is_refused_before_any_call(kube, api):

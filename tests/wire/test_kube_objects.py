@@ -90,7 +90,7 @@ def test_list_objects_filters_by_labels_in_one_call(kube, api):
     assert sorted(r["metadata"]["name"] for r in found) == ["a-engine", "b-engine"]
     assert [(r.path, r.query) for r in api.requests] == [
         ("/apis/ome.io/v1beta1/inferencereplicas",
-         {"labelSelector": "app.kubernetes.io/managed-by=omegitops"})]
+         {"labelSelector": "app.kubernetes.io/managed-by=omegitops", "limit": "500"})]
 
 
 def test_get_object_is_none_when_absent(kube):

@@ -35,7 +35,7 @@ def test_list_pods_is_one_all_namespace_list_with_a_label_selector(kube, api):
     # Built-in list items come without kind/apiVersion; the backend puts them back.
     assert {(p["kind"], p["apiVersion"]) for p in pods} == {("Pod", "v1")}
     assert [(r.verb, r.path, r.query) for r in api.requests] == [
-        ("list", "/api/v1/pods", {"labelSelector": "app=x"})]
+        ("list", "/api/v1/pods", {"labelSelector": "app=x", "limit": "500"})]
 
 
 def test_delete_pod_with_grace_keeps_it_terminating_until_gone(kube, api):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from wire_helpers import EXAMPLES
 
-from omegitops.cluster.errors import LockHeld
+from omegitops.cluster.errors import LeaseLost, LockHeld
 from omegitops.cluster.kube import KubeCluster, plain_client
 from omegitops.cluster.lease import Lease
 
@@ -86,7 +86,7 @@ def test_renew_after_losing_the_lease_is_lock_held(kube, api, clock):
     held.acquire()
     clock.now += timedelta(seconds=120)  # we stalled past the expiry...
     lease(kube, clock, "host-b/2").acquire()  # ...and another run took over
-    with pytest.raises(LockHeld, match="lost to host-b/2"):
+    with pytest.raises(LeaseLost, match="lost to host-b/2"):
         held.renew()
     assert not held.held
 
@@ -136,3 +136,39 @@ def test_reconcile_while_another_run_holds_the_lease_exits_zero(cli, api, monkey
     assert code == 0
     assert "not running" in err and "held by job-7/1" in err
     assert api.objects("Pod") == []
+
+
+def test_losing_the_lease_during_until_idle_reports_the_passes_done_and_fails(
+        cli, api, monkeypatch, tmp_path):
+    from omegitops import reconcile
+    from omegitops.cluster.kube import KubeCluster
+
+    monkeypatch.setenv("OMEGITOPS_KUBE_API", api.url)
+    monkeypatch.setenv("OMEGITOPS_NAMESPACE", NS)
+    # Look again every 50 ms, renewing the Lease each time: the pods never start on the
+    # double, so the run keeps going until the Lease is gone.
+    monkeypatch.setattr(KubeCluster, "poll_seconds", 0.05)
+    monkeypatch.setattr(Lease, "renew_if_due", Lease.renew)
+    passes = []
+    real_pass = reconcile.run_pass
+
+    def pass_then_lose(*args, **kwargs):
+        result = real_pass(*args, **kwargs)
+        passes.append(result)
+        if len(passes) == 2:  # another run takes over, as after a stall past the expiry
+            api.modify("Lease", NS, "omegitops",
+                       lambda lease: lease["spec"].update(holderIdentity="job-9/1"))
+        return result
+
+    monkeypatch.setattr(reconcile, "run_pass", pass_then_lose)
+    report = tmp_path / "status"
+    code, _, err = cli("reconcile", "--repo", str(EXAMPLES), "--cluster", "kube",
+                       "--until-idle", "--max-seconds", "60", "--report-dir", str(report))
+    assert code == 1
+    lost = [line for line in err.splitlines() if "lost to" in line]
+    assert lost == [("omegitops: error: Lease/omegitops/omegitops: lost to job-9/1 while "
+                     "running; stopped after 2 passes")]
+    assert "not running" not in err
+    assert (report / "STATUS.md").is_file() and (report / "status.json").is_file()
+    # The Lease is left to its new holder.
+    assert api.get("Lease", NS, "omegitops")["spec"]["holderIdentity"] == "job-9/1"

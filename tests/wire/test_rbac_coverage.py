@@ -13,8 +13,15 @@ the (apiGroup, resource, verb, namespace, name) of each request:
 * each (rule, verb) of the requirements must be used by at least one request, or
   be in ``NOT_EXERCISED`` below with the reason.
 
+The double serves InferenceServices (under OME's own CRD when ``../shared/ome`` is
+there) holding the examples' services, as a cluster with OME installed: Events then
+carry the service's uid (one GET each) and its status gets the totals (a patch the
+released CRD drops, so it is tried once per run).
+
 Discovery (``GET /api``, ``/apis``, ``/apis/{group}/{version}``) is a non-resource
-URL that every authenticated user may read (``system:discovery``): no rule needed.
+URL that every authenticated user may read (``system:discovery``), and
+SelfSubjectAccessReviews may be created by every authenticated user
+(``system:basic-user``): no rule needed for either.
 """
 
 from __future__ import annotations
@@ -28,8 +35,16 @@ from pathlib import Path
 import pytest
 import yaml
 from apiserver import POD_GROUPS, Request
-from wire_helpers import EXAMPLES, REPO_ROOT
+from wire_helpers import EXAMPLES, REPO_ROOT, serve_inference_services
 
+from omegitops.cluster.kube.access import (
+    INFERENCE_SERVICES,
+    PASS,
+    PODGROUPS,
+    PRUNE,
+    REVIEW_PATH,
+    Permission,
+)
 from omegitops.cluster.times import format_time
 from omegitops.lifecycle.templates import SERVING_GATE
 
@@ -61,8 +76,9 @@ PATH = re.compile(
 
 
 def as_call(request: Request) -> Call | None:
-    """The RBAC view of a logged request; None for discovery (non-resource URLs)."""
-    if request.verb == "discovery":
+    """The RBAC view of a logged request; None for discovery (non-resource URLs) and
+    access reviews, which every authenticated user may make."""
+    if request.verb == "discovery" or request.path == REVIEW_PATH:
         return None
     match = PATH.match(request.path)
     assert match and request.verb != "unknown", f"unroutable request {request}"
@@ -146,6 +162,7 @@ def scenario(api, cli, monkeypatch, tmp_path) -> list[Request]:
     api.serve(POD_GROUPS)  # so that gangs get PodGroups
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLES, repo)
+    serve_inference_services(api, repo)
     log: list[Request] = []
 
     def run(*args: str) -> str:
@@ -243,7 +260,25 @@ def test_requests_and_requirements_match(scenario):
             ("", "services", "update"), ("", "events", "patch"),
             ("apps", "controllerrevisions", "delete"),
             ("scheduling.x-k8s.io", "podgroups", "delete"), ("", "services", "delete"),
-            ("ome.io", "inferencereplicas", "delete")} <= verbs
+            ("ome.io", "inferencereplicas", "delete"), ("ome.io", "inferenceservices", "get"),
+            ("ome.io", "inferenceservices/status", "patch")} <= verbs
+    # The run asked about its permissions once, before its first write.
+    reviews = [i for i, r in enumerate(scenario) if r.path == REVIEW_PATH]
+    first_write = next(i for i, r in enumerate(scenario)
+                       if r.verb in ("create", "update", "patch", "delete")
+                       and r.path != REVIEW_PATH and "/leases" not in r.path)
+    assert reviews and reviews[0] < first_write
+
+
+def test_the_permissions_a_run_asks_about_are_granted():
+    """What the backend checks before writing is what the requirements grant."""
+    need = requirements()
+    for permission in (*PASS, *PODGROUPS, *INFERENCE_SERVICES, *PRUNE):
+        assert isinstance(permission, Permission)
+        resource = permission.resource + (
+            f"/{permission.subresource}" if permission.subresource else "")
+        call = Call(permission.group, resource, permission.verb, "any", "any")
+        assert [scope for scope, _ in matching_rules(call, need)] == ["clusterWide"], call
 
 
 def test_the_path_mapping():

@@ -22,8 +22,14 @@ from kubernetes.client import ApiClient
 
 from omegitops.cluster import base
 from omegitops.cluster.base import Cluster
-from omegitops.cluster.errors import AlreadyExists, Invalid, NotFound
+from omegitops.cluster.errors import AlreadyExists, Expired, Forbidden, Invalid, NotFound
 from omegitops.cluster.kube import events
+from omegitops.cluster.kube.access import (
+    REVIEW_PATH,
+    Permission,
+    review_body,
+    run_permissions,
+)
 from omegitops.cluster.kube.config import connect
 from omegitops.cluster.kube.resources import (
     INFERENCE_SERVICE,
@@ -33,6 +39,7 @@ from omegitops.cluster.kube.resources import (
 )
 from omegitops.cluster.kube.rest import MERGE_PATCH, STRATEGIC_PATCH, Rest, RetryPolicy
 from omegitops.cluster.lease import DEFAULT_DURATION_SECONDS, Lease
+from omegitops.cluster.sequences import already_counted
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +48,8 @@ BUILT_IN = {base.POD, base.SERVICE, base.EVENT, base.NODE, base.CONTROLLER_REVIS
 # Conditions the kubelet owns; writing them would fight it.
 KUBELET_CONDITIONS = {"PodScheduled", "Initialized", "ContainersReady", "Ready",
                       "PodReadyToStartContainers"}
+# Items per LIST request: answers stay a few MB, and a list of 8,000 pods is 16 requests.
+PAGE_SIZE = 500
 # Read-only metadata a create must not send.
 SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp",
                  "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink")
@@ -66,6 +75,10 @@ class KubeCluster(Cluster):
         self.lease = Lease(self.rest, lease_namespace, duration_seconds=lease_seconds) \
             if lease else None
         self._served: dict[str, set[str]] = {}  # group/version -> plurals, for the run
+        self._service_uids: dict[tuple[str, str], str | None] = {}
+        self._missing: list[str] | None = None  # permissions not granted, once asked
+        self._service_status_dropped = False  # the CRD prunes status.components.*.lifecycle
+        self.page_size = PAGE_SIZE
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -160,16 +173,37 @@ class KubeCluster(Cluster):
     # -- other kinds --------------------------------------------------------------------
 
     def list_objects(self, kind: str, labels: dict[str, str] | None = None) -> list[dict]:
-        """One LIST of the kind across all namespaces, filtered by the API server."""
+        """One LIST of the kind across all namespaces, filtered by the API server, read
+        in pages of ``PAGE_SIZE``.
+
+        Pages keep each answer small enough for the read timeout (8,000 pods are 25 MB
+        in one piece). A continue token the server no longer honours (410 Expired: the
+        list took longer than etcd keeps its history) restarts the list once, from the
+        start, as the pages read so far may not fit with the rest.
+        """
         resource = self._resource(kind)
         try:
-            found = self.rest.request("GET", resource.path(),
-                                      query={"labelSelector": label_selector(labels)},
-                                      what=f"{kind} list")
+            try:
+                return self._list_pages(resource, labels)
+            except Expired as err:
+                log.info("%s list: %s; listing again from the start", kind, err)
+                return self._list_pages(resource, labels)
         except NotFound as err:
             raise NotFound(f"kind {kind} is not served by this cluster"
                            f"{_crd_hint(kind)}") from err
-        return [resource.fill_type(item) for item in found.get("items") or []]
+
+    def _list_pages(self, resource: Resource, labels: dict[str, str] | None) -> list[dict]:
+        items: list[dict] = []
+        token = None
+        while True:
+            query = {"labelSelector": label_selector(labels), "limit": self.page_size,
+                     "continue": token}
+            found = self.rest.request("GET", resource.path(), query=query,
+                                      what=f"{resource.kind} list")
+            items.extend(resource.fill_type(item) for item in found.get("items") or [])
+            token = (found.get("metadata") or {}).get("continue")
+            if not token:
+                return items
 
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:
         try:
@@ -200,8 +234,10 @@ class KubeCluster(Cluster):
         self.rest.request("DELETE", resource.path(namespace, name),
                           what=resource.object_id(namespace, name))
 
-    def record_event(self, event: dict) -> dict:
-        """Create the Event, or count a repeat on the one with the same deterministic name."""
+    def record_event(self, event: dict) -> dict | None:
+        """Create the Event, or count a repeat on the one with the same deterministic name;
+        None, writing nothing, when that Event already counts the outbox entry ``event``
+        is sent for (see ``omegitops.cluster.sequences``)."""
         involved = event.get("involvedObject") or {}
         if not involved.get("kind") or not involved.get("name"):
             raise Invalid("Event: involvedObject.kind and involvedObject.name are required")
@@ -214,10 +250,48 @@ class KubeCluster(Cluster):
             try:
                 return self._create(resource, events.new_event(event, namespace, self.now()))
             except AlreadyExists:
-                # Another writer created it between our GET and POST: count ours on it.
+                # Created since our GET: by another writer, whose occurrence ours adds to,
+                # or by our own POST whose answer was lost before the client tried again,
+                # which the outbox sequence on it tells.
                 stored = self._get(resource, namespace, name)
-        return self._patch(resource, namespace, name, events.repeat_patch(stored, self.now()),
-                           MERGE_PATCH)
+        if already_counted(stored, event):
+            return None
+        return self._patch(resource, namespace, name,
+                           events.repeat_patch(stored, event, self.now()), MERGE_PATCH)
+
+    def inference_service_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of the InferenceService in the API (OME's CRD installed and the object
+        applied), read once per service and run; None when there is none."""
+        key = (namespace, name)
+        if key not in self._service_uids:
+            found = None
+            if self.has_kind(INFERENCE_SERVICE):
+                found = self.get_object(INFERENCE_SERVICE, namespace, name)
+            self._service_uids[key] = ((found or {}).get("metadata") or {}).get("uid")
+        return self._service_uids[key]
+
+    # -- permissions ------------------------------------------------------------------
+
+    def missing_permissions(self, prune: bool) -> list[str]:
+        """What the run would use and RBAC does not grant, one line each, asked with
+        SelfSubjectAccessReviews once per run (the answer is kept)."""
+        if self._missing is None:
+            needed = run_permissions(prune=prune, podgroups=self.has_kind(base.POD_GROUP),
+                                     inference_services=self.has_kind(INFERENCE_SERVICE))
+            self._missing = [f"not permitted: {p.describe()} (pipelines/rbac.yaml grants "
+                             "what omegitops needs); nothing was written"
+                             for p in needed if not self._allowed(p)]
+        return self._missing
+
+    def _allowed(self, permission: Permission) -> bool:
+        try:
+            review = self.rest.request("POST", REVIEW_PATH, body=review_body(permission),
+                                       what="SelfSubjectAccessReview")
+        except (NotFound, Forbidden) as err:
+            # A server that cannot answer: the writes themselves will say what is missing.
+            log.debug("cannot review %s: %s", permission.describe(), err)
+            return True
+        return bool((review.get("status") or {}).get("allowed"))
 
     # -- the InferenceService's own status ------------------------------------------------
 
@@ -232,12 +306,22 @@ class KubeCluster(Cluster):
         absent: omegitops works without OME's controller installed.
         """
         resource = RESOURCES[INFERENCE_SERVICE]
-        if not self.has_kind(INFERENCE_SERVICE):
+        if self._service_status_dropped or not self.has_kind(INFERENCE_SERVICE):
             return False
         patch = {"status": {"components": {component: {"lifecycle": lifecycle_status}}}}
         try:
-            self._patch(resource, namespace, name, patch, MERGE_PATCH, "status")
+            stored = self._patch(resource, namespace, name, patch, MERGE_PATCH, "status")
         except NotFound:
+            return False
+        if not _kept(stored, component, lifecycle_status):
+            # OME's released CRD has no status.components.*.lifecycle: the server answers
+            # 200 and drops it. Nothing was stored, so it is not a write, and patching on
+            # would only repeat that for every component.
+            self._service_status_dropped = True
+            log.warning("InferenceService %s/%s: this cluster's InferenceService CRD has no "
+                        "status.components.*.lifecycle and drops it; not writing it for the "
+                        "rest of the run (the totals stay on the InferenceReplica)",
+                        namespace, name)
             return False
         return True
 
@@ -283,6 +367,15 @@ class KubeCluster(Cluster):
         return resource.fill_type(self.rest.request(
             "PATCH", resource.path(namespace, name, subresource), body=patch,
             content_type=content_type, what=resource.object_id(namespace, name)))
+
+
+def _kept(stored: dict, component: str, lifecycle_status: dict) -> bool:
+    """Whether the answer to the status patch holds every field that was set."""
+    components = (stored.get("status") or {}).get("components") or {}
+    kept = (components.get(component) or {}).get("lifecycle")
+    if not isinstance(kept, dict):
+        return False
+    return all(key in kept for key, value in lifecycle_status.items() if value is not None)
 
 
 def _crd_hint(kind: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
+from omegitops.cluster.sequences import SEQUENCE_ANNOTATION
 from omegitops.cluster.times import format_time
 
 
@@ -46,9 +47,14 @@ def new_event(event: dict, namespace: str, now: datetime) -> dict:
     return body
 
 
-def repeat_patch(stored: dict, now: datetime) -> dict:
-    """The merge patch that counts one more occurrence, as kubectl shows ``(x3 over 5m)``."""
-    return {"count": int(stored.get("count") or 1) + 1, "lastTimestamp": kube_time(now)}
+def repeat_patch(stored: dict, event: dict, now: datetime) -> dict:
+    """The merge patch that counts one more occurrence, as kubectl shows ``(x3 over 5m)``,
+    and records the outbox entry it counts (``omegitops.cluster.sequences``)."""
+    patch: dict = {"count": int(stored.get("count") or 1) + 1, "lastTimestamp": kube_time(now)}
+    value = ((event.get("metadata") or {}).get("annotations") or {}).get(SEQUENCE_ANNOTATION)
+    if value is not None:
+        patch["metadata"] = {"annotations": {SEQUENCE_ANNOTATION: value}}
+    return patch
 
 
 def condition_patch(pod: dict, type: str, status: bool, reason: str, message: str,

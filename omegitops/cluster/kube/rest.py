@@ -14,6 +14,8 @@ Errors become the cluster layer's (``omegitops.cluster.errors``), chained to an
 - 404 -> NotFound; 409 AlreadyExists -> AlreadyExists; other 409 -> Conflict
   (never retried: the caller reads again on its next pass);
 - 400 and 422 -> Invalid;
+- 403 -> Forbidden, naming the permission (verb, group/resource, namespace);
+- 410 -> Expired (a list's continue token outlived the server's history);
 - 429, 5xx, timeouts and connection errors -> retried with exponential
   back-off, then Transient.
 """
@@ -31,7 +33,16 @@ import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from omegitops.cluster.errors import AlreadyExists, Conflict, Invalid, NotFound, Transient
+from omegitops.cluster.errors import (
+    AlreadyExists,
+    Conflict,
+    Expired,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Transient,
+)
+from omegitops.cluster.kube.access import permission_of
 from omegitops.errors import ClusterError
 
 log = logging.getLogger(__name__)
@@ -48,7 +59,7 @@ class HttpError(Exception):
     """A non-2xx answer: the status, and the reason and message of the server's Status."""
 
     def __init__(self, method: str, path: str, status: int, body: bytes) -> None:
-        self.status = status
+        self.method, self.path, self.status = method, path, status
         self.reason, self.message = _status_fields(body)
         super().__init__(f"{method} {path}: HTTP {status} {self.reason}: {self.message}".rstrip())
 
@@ -128,9 +139,22 @@ def _cluster_error(err: HttpError, what: str) -> ClusterError:
         return Invalid(text)
     if err.status in RETRIED_STATUSES:
         return Transient(f"{text} (HTTP {err.status}, after retries)")
-    if err.status in (401, 403):
-        return ClusterError(f"{text} (HTTP {err.status}: check the credentials and RBAC)")
+    if err.status == 403:
+        return Forbidden(_forbidden(err, what))
+    if err.status == 410:
+        return Expired(text)
+    if err.status == 401:
+        return ClusterError(f"{text} (HTTP 401: check the credentials)")
     return ClusterError(f"{text} (HTTP {err.status})")
+
+
+def _forbidden(err: HttpError, what: str) -> str:
+    """One line naming the permission that is missing, whatever the server's wording."""
+    permission = permission_of(err.method, err.path)
+    if permission is None:
+        return f"{what}: forbidden: {err.method} {err.path} (HTTP 403)"
+    return (f"{what}: forbidden: {permission.describe()} is not granted to this account "
+            "(HTTP 403; pipelines/rbac.yaml grants what omegitops needs)")
 
 
 def _status_fields(body: bytes) -> tuple[str, str]:

@@ -27,6 +27,7 @@ from typing import Self
 from omegitops.cluster import base
 from omegitops.cluster.base import Cluster
 from omegitops.cluster.errors import AlreadyExists, Conflict, Invalid, NotFound, object_id
+from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, already_counted
 from omegitops.cluster.sim import faults, nodes
 from omegitops.cluster.sim.kubelet import Host, PodWorker, new_pod_record
 from omegitops.cluster.sim.podstatus import (
@@ -338,7 +339,7 @@ class SimCluster(Cluster):
             return
         self._finalize(kind, obj)
 
-    def record_event(self, event: dict) -> dict:
+    def record_event(self, event: dict) -> dict | None:
         self._require()
         involved = event.get("involvedObject") or {}
         if not involved.get("kind") or not involved.get("name"):
@@ -351,8 +352,14 @@ class SimCluster(Cluster):
         events = self._objects[base.EVENT]
         if key is not None and key in events:
             stored = events[key]
+            if already_counted(stored, event):
+                return None  # a resend of an outbox entry this Event has counted
             stored["count"] = stored.get("count", 1) + 1
             stored["lastTimestamp"] = now
+            sequence = (event.get("metadata") or {}).get("annotations", {}).get(
+                SEQUENCE_ANNOTATION)
+            if sequence is not None:
+                stored["metadata"].setdefault("annotations", {})[SEQUENCE_ANNOTATION] = sequence
             self._bump(stored)
             return clone(stored)
         namespace = (event.get("metadata") or {}).get("namespace") or involved.get("namespace") \

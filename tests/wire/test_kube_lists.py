@@ -1,0 +1,58 @@
+"""Every LIST is read in pages (``limit``/``continue``), and an expired continue token
+restarts the list once."""
+
+from __future__ import annotations
+
+import pytest
+from wire_helpers import make_pod
+
+from omegitops.cluster.errors import Expired
+from omegitops.reconcile import MANAGED
+
+PODS = r"^/api/v1/pods$"
+
+
+def _pods(api, count: int) -> None:
+    for n in range(count):
+        api.add(make_pod(f"p{n:04d}", namespace=f"ns{n % 7}", labels=MANAGED))
+    api.add(make_pod("unmanaged"))
+
+
+def test_a_list_is_read_in_pages_of_500(kube, api):
+    _pods(api, 1203)
+    pods = kube.list_pods(MANAGED)
+    assert len(pods) == 1203 == len({(p["metadata"]["namespace"], p["metadata"]["name"])
+                                     for p in pods})
+    pages = api.calls("list", PODS)
+    assert [r.query.get("limit") for r in pages] == ["500", "500", "500"]
+    assert "continue" not in pages[0].query
+    assert pages[1].query["continue"] and pages[2].query["continue"]
+
+
+def test_an_expired_continue_token_restarts_the_list_once(kube, api):
+    _pods(api, 1203)
+    api.fail("GET", PODS, status=410, reason="Expired", query="continue=")
+    assert len(kube.list_pods(MANAGED)) == 1203
+    pages = api.calls("list", PODS)
+    assert ["continue" in r.query for r in pages] == [False, True, False, True, True]
+
+
+def test_a_list_that_expires_again_fails(kube, api):
+    _pods(api, 1203)
+    api.fail("GET", PODS, status=410, reason="Expired", query="continue=", times=2)
+    with pytest.raises(Expired, match="Pod list"):
+        kube.list_pods(MANAGED)
+
+
+def test_the_double_expires_tokens_from_before_a_compaction(kube, api):
+    _pods(api, 3)
+    first = kube.rest.request("GET", "/api/v1/pods", what="test", query={"limit": 2})
+    token = first["metadata"]["continue"]
+    assert len(first["items"]) == 2 and first["metadata"]["remainingItemCount"] == 2
+    rest = kube.rest.request("GET", "/api/v1/pods", what="test",
+                             query={"limit": 2, "continue": token})
+    assert len(rest["items"]) == 2 and "continue" not in rest["metadata"]
+    api.compact()
+    with pytest.raises(Expired, match="too old"):
+        kube.rest.request("GET", "/api/v1/pods", what="test",
+                          query={"limit": 2, "continue": token})
