@@ -18,13 +18,20 @@ path                                                      verbs
                                                           delete
 /apis/ome.io/v1beta1 inferencereplicas (+ /status)        list, get, create, update,
                                                           delete; status: update
-/apis/ome.io/v1beta1 inferenceservices/status             patch
+/apis/ome.io/v1beta1 inferenceservices (+ /status)        get; status: patch
 /apis/scheduling.x-k8s.io/v1alpha1 podgroups (+ /status)  list, get, create, update,
                                                           delete
 /apis/coordination.k8s.io/v1 leases (one namespace)       get, create, update
 GET /apis/{group}/{version} (discovery)                   (non-resource; allowed to
                                                           every authenticated user)
+POST /apis/authorization.k8s.io/v1/                       create (allowed to every
+selfsubjectaccessreviews                                  authenticated user)
 ========================================================  ===========================
+
+What a reconcile run uses of these, and so what RBAC grants, is narrower:
+``access.py`` lists it, and a run asks the API server about each with a
+SelfSubjectAccessReview before its first write. Every LIST is read in pages
+of 500 (``limit``/``continue``).
 """
 
 from omegitops.cluster.kube.cluster import KubeCluster

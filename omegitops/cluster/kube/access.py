@@ -15,7 +15,7 @@ Every authenticated user may create SelfSubjectAccessReviews (the built-in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -116,7 +116,3 @@ def review_body(permission: Permission) -> dict:
         attributes["subresource"] = permission.subresource
     return {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": attributes}}
-
-
-def cluster_wide(permission: Permission) -> Permission:
-    return replace(permission, namespace=None)

@@ -5,8 +5,8 @@ Usage::
     with KubeCluster(context=None) as cluster:   # takes the Lease
         pods = cluster.list_pods({"app.kubernetes.io/managed-by": "omegitops"})
 
-Each ``list_*`` call is one LIST over all namespaces with a label selector;
-writes carry ``metadata.resourceVersion`` where the interface says so. Objects
+Each ``list_*`` call is one LIST over all namespaces with a label selector, read
+in pages; writes carry ``metadata.resourceVersion`` where the interface says so. Objects
 go in and come out as plain Kubernetes JSON, as on the simulator.
 """
 

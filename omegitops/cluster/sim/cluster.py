@@ -380,6 +380,11 @@ class SimCluster(Cluster):
         self._event_keys[identity] = key
         return clone(event)
 
+    def inference_service_uid(self, namespace: str, name: str) -> str | None:
+        # The simulated API holds no InferenceServices (they live in Git), so its Events,
+        # as on a cluster without OME's CRDs, name the service without a uid.
+        return None
+
     # -- faults ------------------------------------------------------------------
 
     def inject_fault(self, kind: str, pod: str | None = None, namespace: str | None = None,
