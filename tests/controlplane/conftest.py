@@ -22,7 +22,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from controlplane import ControlPlane  # noqa: E402
+from controlplane import ControlPlane
 
 REPO_ROOT = HERE.parents[1]
 PIPELINES = REPO_ROOT / "pipelines"
@@ -34,7 +34,8 @@ GPUS = 8
 
 def build_control_plane() -> Path:
     """The bin folder of the built control plane (``build.sh`` builds it when missing)."""
-    done = subprocess.run(["bash", str(HERE / "build.sh")], capture_output=True, text=True)
+    done = subprocess.run(["bash", str(HERE / "build.sh")], capture_output=True, text=True,
+                          check=False)
     if done.returncode != 0:
         raise RuntimeError(f"building the control plane failed:\n{done.stderr[-4000:]}")
     sys.stderr.write(done.stderr)

@@ -33,12 +33,13 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, ResourceNotFoundError
 
 HERE = Path(__file__).resolve().parent
 STAGES = HERE / "kwok-stages.yaml"
@@ -109,7 +110,7 @@ class ControlPlane:
 
     # -- lifetime -----------------------------------------------------------------
 
-    def __enter__(self) -> ControlPlane:
+    def __enter__(self) -> Self:
         try:
             self.start()
         except BaseException:
@@ -353,33 +354,50 @@ class ControlPlane:
             if err.status != 409:
                 raise
 
-    def apply(self, obj: dict, *, dry_run: bool = False) -> dict:
-        """Server-side apply of one object, as ``kubectl apply --server-side``."""
+    def apply(self, obj: dict, *, dry_run: bool = False, validation: str = "Strict") -> dict:
+        """Server-side apply of one object, as ``kubectl apply --server-side``: an unknown
+        field is an error. ``validation="Ignore"`` creates or replaces it instead, as a
+        client-side ``kubectl apply --validate=false`` does, and the server prunes the
+        fields its schema lacks (server-side apply cannot: it refuses them)."""
         api_version, kind = obj["apiVersion"], obj["kind"]
         resource = self._resource(api_version, kind)
         meta = obj.get("metadata") or {}
-        kwargs = {"body": obj, "name": meta["name"], "field_manager": "omegitops-tests",
-                  "force_conflicts": True}
-        if resource.namespaced:
-            kwargs["namespace"] = meta.get("namespace") or "default"
+        where = {"namespace": meta.get("namespace") or "default"} if resource.namespaced else {}
+        query = [("fieldValidation", validation)]
         if dry_run:
-            kwargs["dry_run"] = "All"
-        return resource.server_side_apply(**kwargs).to_dict()
+            query.append(("dryRun", "All"))
+        if validation == "Strict":
+            return resource.server_side_apply(
+                body=obj, name=meta["name"], field_manager="omegitops-tests",
+                force_conflicts=True, query_params=query, **where).to_dict()
+        try:
+            return resource.create(body=obj, query_params=query, **where).to_dict()
+        except ConflictError:
+            stored = resource.get(name=meta["name"], **where).to_dict()
+            body = {**obj, "metadata": {**meta, "resourceVersion":
+                                        stored["metadata"]["resourceVersion"]}}
+            return resource.replace(body=body, query_params=query, **where).to_dict()
 
-    def apply_file(self, path: Path, *, dry_run: bool = False) -> list[dict]:
+    def apply_file(self, path: Path, *, dry_run: bool = False,
+                   validation: str = "Strict") -> list[dict]:
         """Apply every document of a YAML file; CRDs are waited for until Established."""
-        applied = []
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not doc:
-                continue
-            applied.append(self.apply(doc, dry_run=dry_run))
-            if doc["kind"] == "CustomResourceDefinition" and not dry_run:
-                self.wait_for_crd(doc["metadata"]["name"])
-        return applied
+        return self.apply_files([path], dry_run=dry_run, validation=validation)
 
-    def apply_files(self, paths: Iterable[Path]) -> None:
+    def apply_files(self, paths: Iterable[Path], *, dry_run: bool = False,
+                    validation: str = "Strict") -> list[dict]:
+        """Apply every document of the files, then wait for their CRDs together (the API
+        server takes seconds to publish each large CRD's schema)."""
+        applied, crds = [], []
         for path in paths:
-            self.apply_file(path)
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc:
+                    continue
+                applied.append(self.apply(doc, dry_run=dry_run, validation=validation))
+                if doc["kind"] == "CustomResourceDefinition" and not dry_run:
+                    crds.append(doc["metadata"]["name"])
+        for name in crds:
+            self.wait_for_crd(name)
+        return applied
 
     def wait_for_crd(self, name: str) -> None:
         api = k8s.ApiextensionsV1Api(self.admin)
@@ -389,7 +407,7 @@ class ControlPlane:
             return any(c.type == "Established" and c.status == "True"
                        for c in (crd.status.conditions or []))
 
-        self.wait_for(established, 30, f"CRD {name} Established")
+        self.wait_for(established, 60, f"CRD {name} Established")
         self._dynamic = None  # discovery is cached: see the new kind
 
     def _resource(self, api_version: str, kind: str):
