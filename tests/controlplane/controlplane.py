@@ -43,7 +43,8 @@ from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, Resource
 
 HERE = Path(__file__).resolve().parent
 STAGES = HERE / "kwok-stages.yaml"
-KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# KWOK runs the nodes with this label: a node that loses it stops reporting.
+KWOK_NODE_LABEL = "omegitops.test/kwok"
 FAULT_ANNOTATION = "faults.omegitops.io/kind"
 
 # How fast a lost node is noticed and its pods evicted. The defaults (50 s, then
@@ -211,7 +212,7 @@ class ControlPlane:
             return [kubeconfig, "--leader-elect=false", "--secure-port=0"]
         if name == "kwok":
             return [kubeconfig, f"--config={STAGES}", "--manage-all-nodes=false",
-                    f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                    f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}=managed",
                     f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
                     "--cidr=10.244.0.0/16", "--node-ip=10.0.0.1"]
         raise KeyError(name)
@@ -322,8 +323,8 @@ class ControlPlane:
                         "nvidia.com/gpu": str(gpus), "ephemeral-storage": "1Ti"}
             core.create_node({
                 "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                             "labels": {"kubernetes.io/hostname": name,
+                "metadata": {"name": name,
+                             "labels": {"kubernetes.io/hostname": name, KWOK_NODE_LABEL: "managed",
                                         "kubernetes.io/os": "linux", "type": "kwok"}},
                 "status": {"capacity": capacity, "allocatable": capacity},
             })
@@ -338,9 +339,19 @@ class ControlPlane:
                    for c in node.status.conditions or [])
 
     def stop_node(self, name: str) -> None:
-        """The node stops reporting: KWOK lets go of it, its Lease is no longer renewed."""
+        """The node stops reporting, as when its machine dies: KWOK is restarted without
+        it (it keeps renewing the Lease of a node it once took), so its Lease and its
+        pods' status are no longer updated, and the node lifecycle controller takes over."""
         k8s.CoreV1Api(self.admin).patch_node(
-            name, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: None}}})
+            name, {"metadata": {"labels": {KWOK_NODE_LABEL: "lost"}}})
+        self.processes.pop("kwok").stop()
+        self._start("kwok", self._flags("kwok"))
+
+    def cordon_all(self, cordoned: bool = True) -> None:
+        """Every node unschedulable (``spec.unschedulable``), as ``kubectl cordon`` does."""
+        core = k8s.CoreV1Api(self.admin)
+        for node in core.list_node().items:
+            core.patch_node(node.metadata.name, {"spec": {"unschedulable": cordoned or None}})
 
     def set_fault(self, namespace: str, pod: str, kind: str | None) -> None:
         """Inject (or with None clear) a fault of ``kwok-stages.yaml`` into a pod."""

@@ -134,11 +134,18 @@ class KubeScenario:
     def until_idle(self, seconds: float = 120) -> PassResult:
         return self.until(lambda s: not s.results[-1].busy, seconds)
 
-    def fault(self, kind: str, pod: str) -> None:
-        """A fault of ``kwok-stages.yaml``, by the pod's name, as ``Scenario.fault``."""
+    def fault(self, kind: str, pod: str | None = None, clear: bool = False) -> None:
+        """The faults of ``Scenario.fault``: a pod's (``kwok-stages.yaml``), every node
+        cordoned (``unschedulable``), or the pod's node no longer reporting (``node-down``)."""
         self.strict_gangs = False
+        if kind == "unschedulable":
+            self.cp.cordon_all(not clear)
+            return
         [found] = [p for p in self.admin.list_pods() if p["metadata"]["name"] == pod]
-        self.cp.set_fault(found["metadata"]["namespace"], pod, kind)
+        if kind == "node-down":
+            self.cp.stop_node(found["spec"]["nodeName"])
+            return
+        self.cp.set_fault(found["metadata"]["namespace"], pod, None if clear else kind)
 
     def status(self, name: str) -> dict:
         return self.replica(name)["status"]

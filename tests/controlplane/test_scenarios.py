@@ -178,3 +178,42 @@ def test_a_crash_after_ready_restarts_the_instance(twin):
     [pod] = t.kube.pods()
     assert pod["metadata"]["labels"]["ome.io/instance-incarnation"] == "2"
     t.assert_same_history()
+
+
+def test_an_unschedulable_surge_fails_after_the_grace_and_the_old_pod_serves(twin):
+    values = {"lifecycle": {"unschedulableGracePeriod": "10s"}}
+    life = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
+    t = twin(replicas=1, grace=1, values=values, lifecycle=life)
+    t.both(until(settled()))
+    t.kube.watches.append(serving_never_below(1))
+    t.sim.watches.append(serving_never_below(1))
+    t.both(lambda s: s.fault("unschedulable"))
+    try:
+        t.change(image="sglang:v2")
+        t.both(until(lambda s: any(e["message"].endswith("Unschedulable") or
+                                   "unschedulable" in e["message"].lower()
+                                   for e in s.events("UpdateFailed"))))
+        [row] = t.kube.rows(NAME)
+        assert row["lastFailure"]["reason"] == "Unschedulable"
+        # The real scheduler's own words reach the record.
+        assert "nodes are available" in row["lastFailure"]["message"], row["lastFailure"]
+    finally:
+        t.both(lambda s: s.fault("unschedulable", clear=True))
+    t.both(until(settled(), seconds=180))
+    t.assert_same_history()
+
+
+def test_a_lost_node_takes_its_instance_out_of_service_and_it_is_rebuilt(twin):
+    """The pod's node stops reporting: the real node lifecycle controller revokes the
+    pod's Ready condition, then taints the node and evicts the pod."""
+    t = twin(replicas=2, grace=1, lifecycle={"restartPolicy": "RecreateInstanceOnPodRestart"})
+    t.both(until(settled()))
+    t.both(lambda s: s.fault("node-down", "svc-engine-0-default-0"))
+    t.both(until(lambda s: s.status(NAME)["servingReplicas"] == 1, seconds=90))
+    lost = next(p for p in t.kube.pods() if p["metadata"]["name"] == "svc-engine-0-default-0")
+    ready = next(c for c in lost["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "NodeLost" or ready, ready
+    t.both(until(settled(), seconds=240))
+    [row0] = [r for r in t.kube.rows(NAME) if r["index"] == 0]
+    assert row0["incarnation"] == 2
+    t.assert_same_history()
