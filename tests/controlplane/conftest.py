@@ -12,6 +12,7 @@ absent), the InferenceReplica CRD and the RBAC of ``pipelines/``.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,8 +29,21 @@ REPO_ROOT = HERE.parents[1]
 PIPELINES = REPO_ROOT / "pipelines"
 OME_CRDS = REPO_ROOT.parent / "shared" / "ome" / "crds"
 JOB_NAMESPACE = "omegitops"
+JOB_USER = f"system:serviceaccount:{JOB_NAMESPACE}:omegitops"
+# The gang scheduler's PodGroup CRD, from the scheduler-plugins module: with it
+# installed, omegitops creates a PodGroup per gang, as on a cluster that has it.
+SCHEDULER_PLUGINS = "sigs.k8s.io/scheduler-plugins@v0.33.5"
 NODES = 8
 GPUS = 8
+
+
+def module_dir(module: str) -> Path:
+    """Where the Go module proxy's copy of ``module`` (path@version) is, downloaded once."""
+    done = subprocess.run(["go", "mod", "download", "-json", module], cwd=HERE,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"go mod download {module}: {done.stdout}{done.stderr}")
+    return Path(json.loads(done.stdout)["Dir"])
 
 
 def build_control_plane() -> Path:
@@ -55,7 +69,9 @@ def control_plane(tmp_path_factory):
             cp.ome_crds = True
         else:
             cp.ome_crds = False
-        cp.apply_file(PIPELINES / "crds" / "inferencereplica-crd.yaml")
+        cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml",
+                        module_dir(SCHEDULER_PLUGINS) / "config" / "crd" / "bases"
+                        / "scheduling.x-k8s.io_podgroups.yaml"])
         cp.create_namespace(JOB_NAMESPACE)
         cp.apply_file(PIPELINES / "rbac.yaml")
         cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")

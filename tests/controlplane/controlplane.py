@@ -178,6 +178,13 @@ class ControlPlane:
     def _start_apiserver(self) -> None:
         tokens = self.workdir / "tokens.csv"
         tokens.write_text(f'{self.admin_token},admin,admin,"system:masters"\n')
+        # Every request at Metadata level, once complete: who asked for what, and the
+        # answer. The RBAC test reads the job's own requests from it.
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\n"
+                          "omitStages: [RequestReceived, ResponseStarted]\n"
+                          "rules:\n  - level: Metadata\n")
+        self.audit_log = self.workdir / "audit.log"
         process = self._start("kube-apiserver", [
             f"--etcd-servers={self.etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
@@ -187,6 +194,8 @@ class ControlPlane:
             f"--client-ca-file={self.pki / 'ca.crt'}",
             f"--token-auth-file={tokens}",
             "--authorization-mode=RBAC",
+            f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-mode=blocking",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={self.pki / 'sa.pub'}",
             f"--service-account-signing-key-file={self.pki / 'sa.key'}",
@@ -315,23 +324,26 @@ class ControlPlane:
     def add_nodes(self, count: int, *, gpus: int = 8, cpu: str = "64",
                   memory: str = "512Gi", prefix: str = "kwok-node") -> list[str]:
         """Nodes that KWOK runs, each with ``gpus`` nvidia.com/gpu."""
-        names = []
-        core = k8s.CoreV1Api(self.admin)
-        for index in range(count):
-            name = f"{prefix}-{index}"
-            capacity = {"cpu": cpu, "memory": memory, "pods": "110",
-                        "nvidia.com/gpu": str(gpus), "ephemeral-storage": "1Ti"}
-            core.create_node({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name,
-                             "labels": {"kubernetes.io/hostname": name, KWOK_NODE_LABEL: "managed",
-                                        "kubernetes.io/os": "linux", "type": "kwok"}},
-                "status": {"capacity": capacity, "allocatable": capacity},
-            })
-            names.append(name)
+        names = [f"{prefix}-{index}" for index in range(count)]
+        for name in names:
+            self.add_node(name, gpus=gpus, cpu=cpu, memory=memory, wait=False)
         self.wait_for(lambda: all(self.node_ready(name) for name in names), 60,
                       f"nodes {names} Ready")
         return names
+
+    def add_node(self, name: str, *, gpus: int = 8, cpu: str = "64", memory: str = "512Gi",
+                 wait: bool = True) -> None:
+        capacity = {"cpu": cpu, "memory": memory, "pods": "110",
+                    "nvidia.com/gpu": str(gpus), "ephemeral-storage": "1Ti"}
+        k8s.CoreV1Api(self.admin).create_node({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name,
+                         "labels": {"kubernetes.io/hostname": name, KWOK_NODE_LABEL: "managed",
+                                    "kubernetes.io/os": "linux", "type": "kwok"}},
+            "status": {"capacity": capacity, "allocatable": capacity},
+        })
+        if wait:
+            self.wait_for(lambda: self.node_ready(name), 60, f"node {name} Ready")
 
     def node_ready(self, name: str) -> bool:
         node = k8s.CoreV1Api(self.admin).read_node(name)
@@ -467,6 +479,20 @@ class ControlPlane:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {seconds} s waiting for {what}")
             time.sleep(interval)
+
+    def audit_events(self, user: str, since: int = 0) -> list[dict]:
+        """The audit events of ``user``'s requests, from byte offset ``since`` of the log."""
+        events = []
+        with self.audit_log.open("rb") as log:
+            log.seek(since)
+            for line in log:
+                event = json.loads(line)
+                if event.get("user", {}).get("username") == user:
+                    events.append(event)
+        return events
+
+    def audit_offset(self) -> int:
+        return self.audit_log.stat().st_size
 
     def env(self, kubeconfig: Path) -> dict[str, str]:
         """The environment of an omegitops run with that kubeconfig (and nothing that

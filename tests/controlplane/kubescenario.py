@@ -81,6 +81,7 @@ class KubeScenario:
         self.results: list[PassResult] = []
         # Checks a test adds, run after every pass like the invariants.
         self.watches: list = []
+        self.removed_nodes: list[str] = []
         for namespace in namespaces:
             cp.create_namespace(namespace)
         # Pods need the namespace's default ServiceAccount, which the controller-manager
@@ -145,6 +146,13 @@ class KubeScenario:
         if kind == "node-down":
             self.cp.stop_node(found["spec"]["nodeName"])
             return
+        if kind == "node-removed":
+            # As a cloud provider's node controller does once the machine is gone; the
+            # test bed gets a fresh node of that name back when the test ends.
+            node = found["spec"]["nodeName"]
+            self.cp.delete("v1", "Node", None, node)
+            self.removed_nodes.append(node)
+            return
         self.cp.set_fault(found["metadata"]["namespace"], pod, None if clear else kind)
 
     def status(self, name: str) -> dict:
@@ -176,5 +184,7 @@ class KubeScenario:
 
     def cleanup(self) -> None:
         self.close()
+        for node in self.removed_nodes:
+            self.cp.add_node(node)
         for namespace in self.namespaces:
             self.cp.delete("v1", "Namespace", None, namespace)

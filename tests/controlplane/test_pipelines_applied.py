@@ -5,13 +5,11 @@ would on a cluster with Argo installed."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import HERE, PIPELINES
+from conftest import PIPELINES, module_dir
 from kubernetes.dynamic.exceptions import DynamicApiError
 
 # The Argo Workflows release whose CRDs (manifests/base/crds/full) the pipelines
@@ -21,11 +19,7 @@ ARGO_CRDS = ("argoproj.io_workflowtemplates.yaml", "argoproj.io_cronworkflows.ya
 
 
 def argo_crds() -> list[Path]:
-    done = subprocess.run(["go", "mod", "download", "-json", ARGO_MODULE], cwd=HERE, check=False,
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"go mod download {ARGO_MODULE}: {done.stdout}{done.stderr}")
-    folder = Path(json.loads(done.stdout)["Dir"]) / "manifests" / "base" / "crds" / "full"
+    folder = module_dir(ARGO_MODULE) / "manifests" / "base" / "crds" / "full"
     return [folder / name for name in ARGO_CRDS]
 
 

@@ -34,7 +34,8 @@ class Twin:
         self.sim_repo = tmp_path / "sim-repo"
         self.write(**service)
         self.kube = KubeScenario(cp, self.kube_repo, {self.namespace})
-        self.sim = Scenario(tmp_path, self.sim_repo)
+        # The control plane has the PodGroup CRD: so has the simulated cluster.
+        self.sim = Scenario(tmp_path, self.sim_repo, podgroups=True)
         self.sim_history = History()
 
         def record(scenario):
@@ -203,16 +204,22 @@ def test_an_unschedulable_surge_fails_after_the_grace_and_the_old_pod_serves(twi
     t.assert_same_history()
 
 
-def test_a_lost_node_takes_its_instance_out_of_service_and_it_is_rebuilt(twin):
-    """The pod's node stops reporting: the real node lifecycle controller revokes the
-    pod's Ready condition, then taints the node and evicts the pod."""
+def test_a_lost_node_takes_its_instance_out_of_service_until_the_node_is_removed(twin):
+    """The pod's node stops reporting: the real node lifecycle controller revokes the pod's
+    Ready condition, taints the node and has the pod deleted, but the pod stays
+    Terminating (nobody can confirm it stopped) and keeps its name. Once the Node is
+    removed, the pod garbage collector deletes the pod and the Instance is rebuilt."""
     t = twin(replicas=2, grace=1, lifecycle={"restartPolicy": "RecreateInstanceOnPodRestart"})
     t.both(until(settled()))
     t.both(lambda s: s.fault("node-down", "svc-engine-0-default-0"))
-    t.both(until(lambda s: s.status(NAME)["servingReplicas"] == 1, seconds=90))
-    lost = next(p for p in t.kube.pods() if p["metadata"]["name"] == "svc-engine-0-default-0")
-    ready = next(c for c in lost["status"]["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "False" and ready["reason"] == "NodeLost" or ready, ready
+    t.both(until(lambda s: s.status(NAME)["servingReplicas"] < 2, seconds=90))
+    t.both(until(lambda s: any(P.is_terminating(p) for p in s.pods("svc-engine-0-")),
+                 seconds=120))
+    # Its name is taken: the Instance is not rebuilt while the pod stands.
+    for _ in range(3):
+        t.both(lambda s: s.run_pass())
+    assert [r["incarnation"] for r in t.kube.rows(NAME) if r["index"] == 0] == [1]
+    t.both(lambda s: s.fault("node-removed", "svc-engine-0-default-0"))
     t.both(until(settled(), seconds=240))
     [row0] = [r for r in t.kube.rows(NAME) if r["index"] == 0]
     assert row0["incarnation"] == 2
