@@ -24,6 +24,10 @@ if complete; then
   exit 0
 fi
 
+# The machine's Go, also where a non-login shell has not put it on PATH.
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
+  PATH="/usr/local/go/bin:$PATH"
+fi
 command -v go >/dev/null || { echo "control plane: go is not on PATH" >&2; exit 1; }
 mkdir -p "$cache/$key"
 tmp="$(mktemp -d "$cache/$key/build.XXXXXX")"
