@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from omegitops.cli import build_parser
+from omegitops.cluster.kube.access import INFERENCE_SERVICES, PASS, PODGROUPS, PRUNE, Permission
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = REPO_ROOT / "pipelines"
@@ -526,6 +527,21 @@ def test_every_requirement_says_why():
         for entry in need[key]:
             assert entry.get("why"), entry
             assert entry["verbs"] and len(set(entry["verbs"])) == len(entry["verbs"]), entry
+
+
+def test_the_permissions_a_run_asks_about_are_granted():
+    """What the backend asks the API server before its first write
+    (omegitops/cluster/kube/access.py) is granted in every namespace, by one rule
+    that names no objects."""
+    need = requirements()
+    for permission in (*PASS, *PODGROUPS, *INFERENCE_SERVICES, *PRUNE):
+        assert isinstance(permission, Permission)
+        resource = permission.resource + (
+            f"/{permission.subresource}" if permission.subresource else "")
+        rules = [rule for rule in need["clusterWide"]
+                 if (rule["apiGroup"], rule["resource"]) == (permission.group, resource)
+                 and permission.verb in rule["verbs"] and "resourceNames" not in rule]
+        assert len(rules) == 1, permission
 
 
 # -- the image ------------------------------------------------------------------------

@@ -33,8 +33,6 @@ from pathlib import Path
 
 import benchlib
 from apiserver import ApiServerDouble
-from crdschema import load_crd_schemas
-from wire_helpers import CRDS
 
 from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA, POD, SERVICE
 from omegitops.cluster.kube import KubeCluster, plain_client
@@ -96,8 +94,7 @@ def _rollout_repo(root: Path, into: Path) -> Path:
 
 def measure(workdir: Path, services: int, podgroups: bool) -> dict:
     root, cluster_path, counts = benchlib.converged_fleet(workdir, services)
-    with ApiServerDouble(crd_schemas=load_crd_schemas(CRDS), podgroups=podgroups,
-                         log_size=10_000_000) as api:
+    with ApiServerDouble(podgroups=podgroups, log_size=10_000_000) as api:
         _seed(api, cluster_path)
         client = plain_client(api.url)
         try:

@@ -75,13 +75,11 @@ def _measure(args: list[str]) -> None:
 def bench(workdir: Path, services: int) -> dict:
     from apiserver import ApiServerDouble
     from bench_api import _seed
-    from crdschema import load_crd_schemas
-    from wire_helpers import CRDS
 
     root, cluster_path, counts = benchlib.converged_fleet(workdir, services)
     baseline, _ = _peak_of(["none", str(root), str(cluster_path)])
     sim_peak, sim_outcome = _peak_of(["sim", str(root), str(cluster_path)])
-    with ApiServerDouble(crd_schemas=load_crd_schemas(CRDS)) as api:
+    with ApiServerDouble() as api:
         _seed(api, cluster_path)
         env = {**os.environ, "OMEGITOPS_KUBE_API": api.url}
         kube_peak, kube_outcome = _peak_of(["kube", str(root), str(cluster_path)], env)

@@ -20,7 +20,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
-for extra in (HERE, REPO_ROOT / "tests" / "wire"):  # genfleet; the API double and its helpers
+for extra in (HERE, REPO_ROOT / "tests" / "wire"):  # genfleet; the API double
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import pytest
 from apiserver import ApiServerDouble
-from crdschema import load_crd_schemas
-from wire_helpers import CRDS
 
 from omegitops.cluster.kube import KubeCluster, RetryPolicy, plain_client
 
 
 @pytest.fixture
 def api():
-    """The double, serving InferenceReplicas under the schema of pipelines/crds/."""
-    with ApiServerDouble(crd_schemas=load_crd_schemas(CRDS)) as server:
+    with ApiServerDouble() as server:
         yield server
 
 

@@ -68,9 +68,10 @@ def test_conflicts_not_found_and_invalid_are_not_retried(kube, api, sleeps):
         kube.replace_object(pod)
     with pytest.raises(NotFound, match=f"Pod/{NS}/b"):
         kube.patch_pod_images(NS, "b", {"main": "x"})
+    api.fail("POST", r"/pods$", status=422, reason="Invalid", times=1)
     with pytest.raises(Invalid, match=f"Pod/{NS}/c"):
-        kube.create_pod({**make_pod("c"), "spec": {"containers": []}})
-    assert sleeps == []
+        kube.create_pod(make_pod("c"))
+    assert sleeps == [] and len(api.calls("create")) == 2
 
 
 def test_forbidden_names_the_missing_permission_in_one_line(kube, api, sleeps):

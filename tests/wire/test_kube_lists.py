@@ -1,5 +1,6 @@
-"""Every LIST is read in pages (``limit``/``continue``), and an expired continue token
-restarts the list once."""
+"""Every LIST is read in pages of 500, counted; an expired continue token, on demand,
+restarts the list once. (Paging through the real API server's continue tokens:
+tests/controlplane/test_real_cluster_path.py.)"""
 
 from __future__ import annotations
 
@@ -43,16 +44,3 @@ def test_a_list_that_expires_again_fails(kube, api):
     with pytest.raises(Expired, match="Pod list"):
         kube.list_pods(MANAGED)
 
-
-def test_the_double_expires_tokens_from_before_a_compaction(kube, api):
-    _pods(api, 3)
-    first = kube.rest.request("GET", "/api/v1/pods", what="test", query={"limit": 2})
-    token = first["metadata"]["continue"]
-    assert len(first["items"]) == 2 and first["metadata"]["remainingItemCount"] == 2
-    rest = kube.rest.request("GET", "/api/v1/pods", what="test",
-                             query={"limit": 2, "continue": token})
-    assert len(rest["items"]) == 2 and "continue" not in rest["metadata"]
-    api.compact()
-    with pytest.raises(Expired, match="too old"):
-        kube.rest.request("GET", "/api/v1/pods", what="test",
-                          query={"limit": 2, "continue": token})

@@ -1,17 +1,16 @@
-"""pipelines/crds/inferencereplica-crd.yaml: current, structural, and faithful to what we write."""
+"""pipelines/crds/inferencereplica-crd.yaml: current, a valid Kubernetes document, and
+structural. (That what omegitops writes passes it and loses nothing is shown on the real
+API server: tests/controlplane/test_kube_backend.py.)"""
 
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
-import crdschema
 import kubernetes_validate
-import pytest
 import yaml
-from wire_helpers import CRDS, EXAMPLES
 
-from omegitops.cluster.sim import SimCluster
-
+CRDS = Path(__file__).resolve().parents[1] / "pipelines" / "crds"
 CRD_FILE = CRDS / "inferencereplica-crd.yaml"
 
 
@@ -23,7 +22,8 @@ def _generator():
 
 
 def _schema() -> dict:
-    return crdschema.load_crd_schemas(CRDS)["inferencereplicas"]
+    (version,) = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
 
 
 def test_the_crd_file_is_up_to_date_with_its_generator():
@@ -72,25 +72,3 @@ def test_the_schema_is_structural():
         if node.get("type") == "array":
             assert "items" in node, path
         assert "\\u" not in node.get("pattern", ""), f"{path}: RE2 has no \\u escapes"
-
-
-@pytest.fixture(scope="module")
-def written_replicas(tmp_path_factory) -> list[dict]:
-    """The InferenceReplicas a run over examples/ writes, on the simulator, until idle."""
-    from omegitops.cli import main
-
-    path = tmp_path_factory.mktemp("crd") / "cluster.json"
-    assert main(["reconcile", "--repo", str(EXAMPLES), "--cluster", f"sim:{path}",
-                 "--until-idle"]) == 0
-    with SimCluster(path) as cluster:
-        return cluster.list_objects("InferenceReplica")
-
-
-def test_what_omegitops_writes_passes_the_crd_and_loses_nothing(written_replicas):
-    schema = _schema()
-    assert written_replicas
-    for replica in written_replicas:
-        name = replica["metadata"]["name"]
-        assert crdschema.validate(replica, schema) == [], name
-        assert crdschema.prune(replica, schema) == replica, f"{name}: the API server would drop " \
-            "fields the CRD does not declare"
