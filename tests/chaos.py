@@ -7,7 +7,8 @@ an update, a 409 Conflict. Once a read fails, no write may follow in that
 pass: nothing is acted on from a failed observation.
 
 ``Campaign`` drives a small repository of services on the simulated cluster
-pass by pass, with template and scale changes, pod and node faults, the job
+pass by pass, with template and scale changes, pod and node faults (a silent
+node either reports again or is removed and replaced by a new one), the job
 killed between writes and the operator's recovery annotations, and checks
 after every pass what must hold whatever happens:
 
@@ -42,6 +43,7 @@ import yaml
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.errors import Conflict, Transient
 from omegitops.cluster.sim import SimCluster
+from omegitops.cluster.sim import nodes as sim_nodes
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.instance import InstancePods
@@ -246,6 +248,8 @@ class Campaign:
     faults_seen: bool = False
     # Whether each Instance served when last seen with no operation.
     served_at_rest: dict = field(default_factory=dict)
+    # Machines that joined in place of removed nodes.
+    replacements: int = 0
 
     def __post_init__(self) -> None:
         self.repo = self.tmp / "repo"
@@ -307,6 +311,7 @@ class Campaign:
     def check(self, cluster, result: PassResult, clean: bool) -> None:
         busy = _busy(result)
         pods = cluster.list_pods()
+        nodes = {n["metadata"]["name"] for n in cluster.list_objects("Node")}
         replicas = {r["metadata"]["name"]: r
                     for r in cluster.list_objects(INFERENCE_REPLICA, MANAGED)}
         rows_of: dict[str, dict[int, dict]] = {}
@@ -355,7 +360,7 @@ class Campaign:
             self._check_rows(svc, status, rows)
             self._check_budgets(svc, rows, by_component.get(svc.key, []))
             if clean and busy.get(svc.replica_name) is False:
-                self._at_rest(svc, rows, by_component.get(svc.key, []))
+                self._at_rest(svc, rows, by_component.get(svc.key, []), nodes)
 
     def _instance_ceiling(self, svc: Service, rows: dict[int, dict]) -> int:
         """How many Instances' worth of live pods the component may carry."""
@@ -417,14 +422,17 @@ class Campaign:
         assert len(down) <= budget, (
             f"{svc.name}: {len(down)} Instances out of service, budget {budget}", rows)
 
-    def _at_rest(self, svc: Service, rows: dict[int, dict], pods: list[dict]) -> None:
+    def _at_rest(self, svc: Service, rows: dict[int, dict], pods: list[dict],
+                 nodes: set[str]) -> None:
         """A component seen at rest after a clean pass starts a fresh budget window."""
         self.ceiling[svc.ceiling_key] = svc.replicas
         # A fault still in force (a silent node, a hung pod) may not show yet, and a
         # fault's after-effects may still be under way (pods a lost node's taint
-        # manager is deleting): the window starts once every pod stands.
+        # manager deleted, pods of a removed node that PodGC has yet to collect): the
+        # window starts once every pod stands on a node that exists.
         lasting = any(svc.key in affected for *_, affected in self.to_clear)
-        standing = [p for p in pods if not P.is_terminating(p) and not P.has_ended(p)]
+        standing = [p for p in pods if not P.is_terminating(p) and not P.has_ended(p)
+                    and P.node_of(p) in (None, *nodes)]
         whole = len(standing) == len(pods) == svc.replicas * svc.pods_per_instance
         if not lasting and whole and all(row.get("phase") == "Ready" for row in rows.values()):
             self.disturbed.discard(svc.key)
@@ -491,6 +499,9 @@ class Campaign:
         due = [c for c in self.to_clear if everything or c[0] <= self.passes]
         self.to_clear = [c for c in self.to_clear if c not in due]
         for _, kind, target, _ in due:
+            if kind == "node-down":
+                self.end_node_loss(target["node"])
+                continue
             with SimCluster(self.path) as cluster:
                 try:
                     cluster.inject_fault(kind, clear=True, **target)
@@ -498,6 +509,29 @@ class Campaign:
                     if "pod" not in target:
                         raise
             self.note(f"cleared {kind} {target}")
+
+    def end_node_loss(self, node: str) -> None:
+        """A silent node's two ends in real life, drawn at random: it reports again (its
+        kubelet finishes the deletions that waited), or its machine is gone and the cloud
+        deletes the Node (PodGC then removes its pods) while a new machine joins."""
+        with SimCluster(self.path) as cluster:
+            if cluster.get_object("Node", None, node) is None:
+                return  # removed already, by an earlier fault on the same node
+            if self.rng.random() < 0.5:
+                cluster.inject_fault("node-down", node=node, clear=True)
+                self.note(f"node {node} reports again")
+                return
+            cluster.inject_fault("node-removed", node=node)
+            joined = self._new_node(cluster)
+        self._external(f"node {node} removed, {joined} joins")
+
+    def _new_node(self, cluster) -> str:
+        """A new GPU machine like the others, under a name no node had (node-101, ...)."""
+        self.replacements += 1
+        node = sim_nodes.make_node(100 + self.replacements, 8)
+        sim_nodes.set_ready(node, True, cluster.now().timestamp())
+        cluster.create_object(node)
+        return node["metadata"]["name"]
 
     def change_template(self, svc: Service, what: str) -> None:
         if what == "image" or svc.strategy == "InPlaceOnly":

@@ -9,7 +9,9 @@ with budgets and partitions) and drives them pass by pass while:
 - templates change (image or environment), replicas change, a release brings
   an image that cannot be pulled;
 - pods crash, are OOM-killed, hang, are evicted, lose their node, and every
-  node is cordoned for a while; persistent faults are cleared after a while;
+  node is cordoned for a while; persistent faults are cleared after a while,
+  and a silent node then either reports again or is removed (its pods, kept
+  Terminating meanwhile, go by PodGC) and a new machine joins;
 - the operator resets Failed Instances and releases held revisions, once
   during the campaign and again when the component has come to rest.
 

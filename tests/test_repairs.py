@@ -4,6 +4,8 @@ simulated cluster; the invariants are checked after every pass."""
 
 from __future__ import annotations
 
+import pytest
+
 from omegitops.cluster.sim import SimCluster
 from omegitops.lifecycle import pods as P
 from tests.fleet import strategy, write_service
@@ -380,3 +382,66 @@ def test_a_restart_under_way_finishes_when_the_policy_changes(tmp_path):
     scenario.until_idle()
     row = rows(scenario)[0]
     assert (row["phase"], row["incarnation"], row["revision"]) == ("Ready", 2, before)
+
+
+# -- a lost node -------------------------------------------------------------------
+
+LOST = "svc-engine-0-default-0"
+
+
+def _spread(tmp_path, lifecycle):
+    """Two single-pod Instances on nodes of one GPU each, so a lost node takes one."""
+    repo = tmp_path / "repo"
+    write_service(repo, replicas=2, lifecycle=lifecycle, grace=5)
+    scenario = Scenario(tmp_path, repo, gpus=1)
+    scenario.until_idle()
+    return scenario
+
+
+def _pods_of(scenario, index):
+    return [p for p in scenario.pods() if P.index_of(p) == index]
+
+
+@pytest.mark.parametrize("lifecycle, incarnation", [({}, 1), (RECREATE, 2)],
+                         ids=["default-policy", "recreate-instance"])
+def test_a_pod_stuck_terminating_on_a_lost_node_holds_its_instance_until_the_node_goes(
+        tmp_path, lifecycle, incarnation):
+    """The taint manager deletes the pod of a silent node, but nobody confirms that it
+    stopped, so the API server keeps it, Terminating, and its name stays taken; once the
+    Node object is deleted, PodGC removes it and the Instance is rebuilt elsewhere."""
+    scenario = _spread(tmp_path, lifecycle)
+    [lost] = _pods_of(scenario, 0)
+    node = P.node_of(lost)
+    assert {P.node_of(p) for p in _pods_of(scenario, 1)} != {node}
+    scenario.fault("node-down", pod=LOST)
+    scenario.until(lambda s: s.status(NAME)["servingReplicas"] == 1)
+    assert not P.is_ready(_pods_of(scenario, 0)[0])  # Ready revoked at 40 s
+    scenario.until(lambda s: P.is_terminating(_pods_of(s, 0)[0]))
+
+    def held(s):
+        [pod] = _pods_of(s, 0)  # the lost pod alone: nothing was created beside it
+        assert pod["metadata"]["uid"] == lost["metadata"]["uid"] and P.is_terminating(pod)
+        assert rows(s)[0]["incarnation"] == 1
+        assert s.status(NAME)["servingReplicas"] == 1
+
+    scenario.watches.append(held)
+    scenario.until_idle()
+    for _ in range(6):  # an hour of passes: the pod stands while its node is silent
+        scenario.advance(600)
+        scenario.run_pass()
+    assert P.deletion_deadline(_pods_of(scenario, 0)[0]) < scenario.now().timestamp() - 3000
+    scenario.watches.remove(held)
+
+    scenario.fault("node-removed", pod=LOST)
+    scenario.until(lambda s: s.status(NAME)["servingReplicas"] == 2)
+    scenario.until_idle()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["operation"], row["incarnation"]) == ("Ready", None, incarnation)
+    assert row["lastFailure"]["reason"] == "PodLost"
+    [pod] = _pods_of(scenario, 0)
+    assert pod["metadata"]["uid"] != lost["metadata"]["uid"]
+    assert P.node_of(pod) != node and P.is_ready(pod)
+    assert pod["metadata"]["labels"]["ome.io/instance-incarnation"] == str(incarnation)
+    (message,) = messages(scenario, "RestartTriggered")
+    assert "restart triggered: 0/1 pods remain" in message
+    assert message.endswith(f"(incarnation={incarnation})")

@@ -35,3 +35,22 @@ def test_init_advance_fault_and_show(tmp_path, capsys):
     assert shown["pods"][0]["status"]["containerStatuses"][0]["restartCount"] == 0
     assert run("sim", "advance", "--cluster", spec, "--next") == 0
     assert capsys.readouterr().out.strip() == "2026-09-27T08:00:40Z"
+
+
+def test_a_node_down_then_removed_from_the_command_line(tmp_path, capsys):
+    spec = f"sim:{tmp_path / 'c.json'}"
+    assert run("sim", "init", "--cluster", spec, "--nodes", "2") == 0
+    with SimCluster(tmp_path / "c.json") as cluster:
+        cluster.create_pod(make_pod("a"))
+    run("sim", "advance", "--cluster", spec, "--seconds", "30")
+    assert run("sim", "fault", "--cluster", spec, "--pod", "a", "--kind", "node-down") == 0
+    run("sim", "advance", "--cluster", spec, "--seconds", "3600")
+    capsys.readouterr()
+    run("sim", "show", "--cluster", spec)
+    assert "Terminating" in capsys.readouterr().out  # the silent node's pod stays
+    assert run("sim", "fault", "--cluster", spec, "--kind", "node-removed", "--pod", "a") == 0
+    assert capsys.readouterr().out == "node node-0 removed; PodGC deletes its pods in 40 s\n"
+    run("sim", "advance", "--cluster", spec, "--seconds", "40")
+    assert capsys.readouterr().out.strip() == "2026-09-27T09:01:10Z"
+    run("sim", "show", "--cluster", spec, "-o", "json")
+    assert json.loads(capsys.readouterr().out)["pods"] == []

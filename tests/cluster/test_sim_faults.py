@@ -1,11 +1,12 @@
-"""Each fault kind, and node loss timing (Ready lost at 40 s, pods deleted 300 s after that)."""
+"""Each fault kind, and node loss: Ready lost at 40 s, pods deleted 300 s after that and
+kept Terminating until the node reports again, is removed (PodGC) or they are force-deleted."""
 
 from __future__ import annotations
 
 import pytest
-from sim_helpers import NS, condition, container, get, make_pod
+from sim_helpers import GPU_TOLERATION, NS, condition, container, get, make_pod
 
-from omegitops.cluster.errors import Invalid
+from omegitops.cluster.errors import Invalid, NotFound
 
 
 @pytest.fixture
@@ -97,8 +98,129 @@ def test_node_down_loses_ready_after_40s_and_deletes_pods_300s_later(serving):
     assert "deletionTimestamp" not in get(serving, "a")["metadata"]
     serving.advance(1)
     assert get(serving, "a")["metadata"]["deletionTimestamp"] == "2026-09-27T08:06:35Z"
-    serving.advance(30)  # the pod's default 30 s grace
+
+
+def test_a_pod_deleted_on_a_silent_node_stays_terminating_while_the_node_is_silent(serving):
+    """No kubelet confirms that its containers stopped, so the API server keeps it."""
+    serving.inject_fault("node-down", pod="a")
+    serving.advance(340 + 30)  # deleted by the taint manager, and past its 30 s grace
+    serving.advance(3600)
+    pod = get(serving, "a")
+    assert pod["metadata"]["deletionTimestamp"] == "2026-09-27T08:06:35Z"
+    assert pod["status"]["phase"] == "Running"
+    assert condition(pod, "Ready")["status"] == "False"
+    assert serving.next_transition_at() is None  # nothing will change by itself
+    serving.delete_pod(NS, "a")  # a second graceful delete changes nothing
+    assert get(serving, "a")["metadata"]["resourceVersion"] == pod["metadata"]["resourceVersion"]
+
+
+def test_the_kubelet_finishes_the_deletion_with_its_whole_grace_when_it_reports_again(cluster):
+    cluster.create_pod(make_pod("a", annotations={"sim.omegitops.io/exit-seconds": "10"}))
+    cluster.advance(25)
+    cluster.inject_fault("node-down", pod="a")
+    cluster.advance(400)
+    assert get(cluster, "a")["metadata"]["deletionTimestamp"]
+    cluster.inject_fault("node-down", node="node-0", clear=True)
+    # The kubelet learns of the deletion now: SIGTERM, and 10 s to exit within 30 s of grace.
+    cluster.advance(9)
+    assert get(cluster, "a") is not None
+    cluster.advance(1)
+    assert get(cluster, "a") is None
+
+
+def test_a_force_delete_removes_a_pod_on_a_silent_node_at_once(serving):
+    serving.create_pod(make_pod("b"))
+    serving.advance(25)
+    serving.inject_fault("node-down", node="node-0")
+    serving.advance(10)
+    serving.delete_pod(NS, "b")
+    serving.advance(60)
+    assert get(serving, "b")["metadata"]["deletionGracePeriodSeconds"] == 30
+    serving.delete_pod(NS, "b", grace_seconds=0)
+    assert get(serving, "b") is None
+    serving.advance(400)
+    serving.delete_pod(NS, "a", grace_seconds=0)  # one the taint manager deleted
     assert get(serving, "a") is None
+
+
+def test_a_removed_node_s_pods_go_after_podgc_s_quarantine(serving):
+    serving.create_pod(make_pod("b"))
+    serving.advance(25)
+    serving.inject_fault("node-down", pod="a")
+    serving.advance(340)
+    assert serving.inject_fault("node-removed", pod="a") == (
+        "node node-0 removed; PodGC deletes its pods in 40 s")
+    assert serving.get_object("Node", None, "node-0") is None
+    serving.advance(39)
+    assert get(serving, "a") is not None and get(serving, "b") is not None
+    serving.advance(1)
+    # Every pod bound to the node goes, terminating or not: force-deleted.
+    assert get(serving, "a") is None and get(serving, "b") is None
+    assert serving.next_transition_at() is None
+
+
+def test_a_node_removed_while_it_reports_keeps_its_pods_ready_until_podgc(serving):
+    """Its machine is gone, but no node controller looks at a Node that no longer exists."""
+    serving.inject_fault("node-removed", node="node-0")
+    serving.advance(39)
+    assert condition(get(serving, "a"), "Ready")["status"] == "True"
+    assert "deletionTimestamp" not in get(serving, "a")["metadata"]
+    serving.create_pod(make_pod("b"))
+    serving.advance(1)
+    assert get(serving, "a") is None
+    assert get(serving, "b")["spec"]["nodeName"] == "node-1"
+    assert len(serving.list_objects("Node")) == 7
+
+
+def test_a_removed_node_cannot_come_back_or_be_removed_twice(serving):
+    serving.inject_fault("node-removed", node="node-0")
+    with pytest.raises(NotFound):
+        serving.inject_fault("node-down", node="node-0", clear=True)
+    with pytest.raises(NotFound):
+        serving.inject_fault("node-removed", node="node-0")
+    with pytest.raises(Invalid):
+        serving.inject_fault("node-removed", node="node-1", clear=True)
+
+
+def test_a_node_of_the_removed_one_s_name_takes_its_pods_before_podgc(serving):
+    node = serving.get_object("Node", None, "node-0")
+    serving.inject_fault("node-removed", node="node-0")
+    serving.advance(20)
+    serving.create_object({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "node-0", "labels": node["metadata"]["labels"]}, "spec": node["spec"],
+        "status": node["status"]})
+    serving.advance(60)
+    assert condition(get(serving, "a"), "Ready")["status"] == "True"
+
+
+def test_out_of_service_on_a_lost_node_has_its_pods_removed(serving):
+    forever = {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+               "effect": "NoExecute"}
+    serving.create_pod(make_pod("b", tolerations=[GPU_TOLERATION, forever]))
+    serving.advance(25)
+    serving.inject_fault("node-down", node="node-0")
+    serving.advance(340)
+    assert get(serving, "a")["metadata"]["deletionTimestamp"]
+    assert "deletionTimestamp" not in get(serving, "b")["metadata"]  # tolerates it for ever
+    node = serving.get_object("Node", None, "node-0")
+    node["spec"]["taints"].append({"key": "node.kubernetes.io/out-of-service",
+                                   "value": "nodeshutdown", "effect": "NoExecute"})
+    serving.replace_object(node)
+    # The taint manager deletes b, which does not tolerate out-of-service; PodGC
+    # force-deletes both, terminating on a NotReady out-of-service node.
+    assert get(serving, "a") is None and get(serving, "b") is None
+
+
+def test_the_taint_manager_honours_toleration_seconds(cluster):
+    minute = {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+              "effect": "NoExecute", "tolerationSeconds": 60}
+    cluster.create_pod(make_pod("a", tolerations=[GPU_TOLERATION, minute]))
+    cluster.advance(25)
+    cluster.inject_fault("node-down", node="node-0")
+    cluster.advance(40 + 59)
+    assert "deletionTimestamp" not in get(cluster, "a")["metadata"]
+    cluster.advance(1)
+    assert get(cluster, "a")["metadata"]["deletionTimestamp"]
 
 
 def test_new_pods_avoid_a_lost_node_and_it_recovers_when_cleared(serving):

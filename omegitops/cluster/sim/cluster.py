@@ -282,8 +282,7 @@ class SimCluster(Cluster):
         obj["metadata"]["generation"] = 1
         objects[key] = obj
         if kind == base.NODE:
-            self._sim["nodes"][name] = {"images": {}, "downSince": None, "next": None}
-            self._sim["schedulerDirty"] = True
+            self._node_joins(name)
         return clone(obj)
 
     def replace_object(self, obj: dict) -> dict:
@@ -311,6 +310,7 @@ class SimCluster(Cluster):
             self._finalize(kind, stored)
         if kind == base.NODE:
             self._sim["schedulerDirty"] = True
+            self._process_node(stored["metadata"]["name"])  # new taints act at once
         return clone(stored)
 
     def replace_status(self, obj: dict) -> dict:
@@ -326,7 +326,8 @@ class SimCluster(Cluster):
         if kind == base.POD:
             return self.delete_pod(namespace or "", name)
         if kind == base.NODE:
-            raise Invalid(f"{object_id(kind, None, name)}: the simulator's nodes cannot be deleted")
+            raise Invalid(f"{object_id(kind, None, name)}: the simulator's nodes are removed "
+                          "with the node-removed fault")
         objects = self._kind(kind)
         key = self._key(kind, namespace, name)
         obj = objects.get(key)
@@ -471,11 +472,8 @@ class SimCluster(Cluster):
         if rec["node"] is None:
             return
         if self._node_down(rec["node"]):
-            # Nobody reports for this pod; it goes when its deletion grace ends (see DESIGN).
-            if rec["deadline"] is not None and rec["deadline"] <= self._clock:
-                self._remove_or_hold(pod)
-            else:
-                self._set_next(uid, rec, rec["deadline"])
+            # Nobody reports for this pod, and nobody confirms that it stopped: a deleted
+            # one stays Terminating until its node reports again or PodGC removes it.
             return
         worker = self._worker(pod, rec)
         worker.sync(self._clock)
@@ -495,8 +493,10 @@ class SimCluster(Cluster):
         self._set_next(pod["metadata"]["uid"], rec, worker.next_time(self._clock))
 
     def _render(self, pod: dict, rec: dict) -> None:
-        nrec = self._sim["nodes"].get(rec["node"], {})
-        render(pod, rec, self._clock, rec["node"] if nrec.get("lost") else None)
+        nrec = self._sim["nodes"].get(rec["node"])
+        # A pod whose node is gone keeps the Ready condition the node controller revoked.
+        lost = nrec is None or nrec.get("lost")
+        render(pod, rec, self._clock, rec["node"] if lost else None)
 
     def _worker(self, pod: dict, rec: dict) -> PodWorker:
         nrec = self._sim["nodes"][rec["node"]]
@@ -513,33 +513,71 @@ class SimCluster(Cluster):
 
     def _delete_pod(self, pod: dict, grace_seconds: int | None) -> None:
         rec = self._rec(pod)
+        grace = self._deletion_grace(pod, rec, grace_seconds)
+        silent = rec["node"] is not None and self._node_down(rec["node"])
+        if rec["node"] is None or (silent and grace == 0):
+            # No kubelet has anything to stop, or a force delete asks none: gone at once.
+            self._force_remove(pod)
+            return
+        if not self._stamp_deletion(pod, rec, grace):
+            return
+        self._bump(pod)
+        if silent:
+            return  # Terminating until the node reports again or PodGC removes it
+        worker = self._worker(pod, rec)
+        worker.terminate(self._clock, rec["deadline"])
+        self._after_kubelet(pod, rec, worker)
+
+    @staticmethod
+    def _deletion_grace(pod: dict, rec: dict, grace_seconds: int | None) -> int:
+        """The grace the API server gives a delete (its CheckGracefulDelete)."""
         if grace_seconds is None:
             grace_seconds = pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
         if rec["node"] is None or pod["status"].get("phase") in TERMINAL:
-            grace_seconds = 0  # as the API server: no kubelet has anything to stop
-        deadline = self._clock + max(0, grace_seconds)
-        if rec["deadline"] is not None:
-            deadline = min(deadline, rec["deadline"])  # a second delete never extends the grace
+            return 0  # as the API server: no kubelet has anything to stop
+        return max(0, grace_seconds)
+
+    def _stamp_deletion(self, pod: dict, rec: dict, grace: int) -> bool:
+        """deletionTimestamp = now + grace; False when the pod already goes no later (a
+        second delete never extends the grace, and one that does not shorten it is a no-op)."""
+        deadline = self._clock + grace
+        if rec["deadline"] is not None and deadline >= rec["deadline"]:
+            return False
         meta = pod["metadata"]
         meta["deletionTimestamp"] = format_time(deadline)
-        meta["deletionGracePeriodSeconds"] = int(max(0, deadline - self._clock))
+        meta["deletionGracePeriodSeconds"] = grace
         rec["deadline"] = deadline
-        self._bump(pod)
-        if rec["node"] is None:
-            rec["terminating"] = self._clock
-            self._remove_or_hold(pod)
-        elif self._node_down(rec["node"]):
-            self._set_next(meta["uid"], rec, deadline)
-        else:
-            worker = self._worker(pod, rec)
-            worker.terminate(self._clock, deadline)
-            self._after_kubelet(pod, rec, worker)
+        return True
+
+    def _force_remove(self, pod: dict) -> None:
+        """A delete with grace 0 (a force delete, or PodGC's): the pod leaves the API at
+        once, unless finalizers keep it listed; a kubelet that reports later finds it gone."""
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds") == 0:
+            return  # already confirmed; only its finalizers keep it
+        rec = self._rec(pod)
+        rec["terminating"] = rec["terminating"] or self._clock
+        rec["deadline"] = self._clock if rec["deadline"] is None else min(rec["deadline"],
+                                                                            self._clock)
+        self._remove_or_hold(pod)
+
+    def _zero_grace(self, meta: dict) -> None:
+        """A delete with grace 0 as the API server records it: on a pod already being
+        deleted, the deletionTimestamp moves back by the grace it had, which becomes 0."""
+        stamp = meta.get("deletionTimestamp")
+        start = parse_time(stamp) - meta.get("deletionGracePeriodSeconds", 0) if stamp else (
+            self._clock)
+        meta["deletionTimestamp"] = format_time(start)
+        meta["deletionGracePeriodSeconds"] = 0
 
     def _remove_or_hold(self, pod: dict) -> None:
-        """The pod's containers are gone: remove it, unless finalizers keep it listed."""
+        """The pod's deletion is confirmed (its containers are gone, or nobody waits for
+        them): remove it, unless finalizers keep it listed."""
         uid = pod["metadata"]["uid"]
         rec = self._sim["pods"][uid]
         if pod["metadata"].get("finalizers"):
+            # The confirmation, a delete with grace 0, lands; the finalizers hold the pod.
+            self._zero_grace(pod["metadata"])
             self._bump(pod)
             self._set_next(uid, rec, None)
             return
@@ -555,9 +593,10 @@ class SimCluster(Cluster):
         """An object with a deletionTimestamp and no finalizers left goes away."""
         if kind == base.POD:
             rec = self._rec(obj)
-            gone = rec["node"] is None or self._node_down(rec["node"]) and (
-                rec["deadline"] <= self._clock)
-            if gone or self._worker(obj, rec).finished():
+            confirmed = rec["node"] is None or obj["metadata"].get("deletionGracePeriodSeconds") == 0
+            # Files written before confirmations were recorded: a finished pod is confirmed.
+            if confirmed or (not self._node_down(rec["node"])
+                             and self._worker(obj, rec).finished()):
                 self._remove_or_hold(obj)
             return
         meta = obj["metadata"]
@@ -569,7 +608,9 @@ class SimCluster(Cluster):
     # -- nodes -------------------------------------------------------------------
 
     def _node_down(self, name: str) -> bool:
-        return self._sim["nodes"].get(name, {}).get("downSince") is not None
+        """Whether the node's kubelet is silent, or its machine gone."""
+        nrec = self._sim["nodes"].get(name)
+        return nrec is None or nrec.get("downSince") is not None
 
     def _pods_on(self, node_name: str) -> list[dict]:
         pods = self._objects[base.POD]
@@ -577,44 +618,102 @@ class SimCluster(Cluster):
                 if rec["node"] == node_name]
 
     def _process_node(self, name: str) -> None:
-        """The control plane's view of a silent node: NotReady at 40 s, evictions after."""
-        nrec = self._sim["nodes"][name]
-        nrec["next"] = None
-        since = nrec.get("downSince")
-        if since is None:
+        """What the control plane does about one node now, then when it next acts: the
+        node lifecycle controller notices silence, the taint manager deletes pods past
+        their tolerations, PodGC removes pods no kubelet will confirm (see ``nodes``)."""
+        nrec = self._sim["nodes"].get(name)
+        if nrec is None:
             return
-        node = self._objects[base.NODE][name]
+        if nrec.get("removed") is not None:
+            upcoming = self._collect_orphans(name, nrec)
+        else:
+            upcoming = self._notice_silence(name, nrec)
+            self._note_taints(name, nrec)
+            upcoming += self._evict_untolerated(name, nrec)
+            self._collect_out_of_service(name)
+        if name in self._sim["nodes"]:
+            nrec["next"] = min(upcoming, default=None)
+            self._timeline.set(("node", name), nrec["next"])
+        self._dirty = True
+
+    def _notice_silence(self, name: str, nrec: dict) -> list[float]:
+        """The node lifecycle controller: NotReady, tainted and its pods unready at 40 s."""
+        since = nrec.get("downSince")
+        if since is None or nrec.get("lost"):
+            return []
         lost_at = since + nodes.NODE_MONITOR_GRACE
-        if not nrec.get("lost") and self._clock >= lost_at:
-            nrec["lost"] = True
-            nodes.set_ready(node, False, self._clock)
-            nodes.set_unreachable_taints(node, True)
-            self._bump(node)
-            for pod in self._pods_on(name):
-                self._render(pod, self._rec(pod))
-                self._bump(pod)
-        upcoming = [] if nrec.get("lost") else [lost_at]
+        if self._clock < lost_at:
+            return [lost_at]
+        nrec["lost"] = True
+        node = self._objects[base.NODE][name]
+        nodes.set_ready(node, False, self._clock)
+        nodes.set_unreachable_taints(node, True)
+        self._bump(node)
+        for pod in self._pods_on(name):
+            self._render(pod, self._rec(pod))
+            self._bump(pod)
+        return []
+
+    def _note_taints(self, name: str, nrec: dict) -> None:
+        """When each NoExecute taint came: tolerationSeconds count from then."""
+        keys = {t.get("key", "") for t in nodes.no_execute_taints(self._objects[base.NODE][name])}
+        since = nrec.setdefault("noExecuteSince", {})
+        for key in set(since) - keys:
+            del since[key]
+        for key in keys - set(since):
+            lost = key == nodes.UNREACHABLE_TAINT and nrec.get("downSince") is not None
+            since[key] = nrec["downSince"] + nodes.NODE_MONITOR_GRACE if lost else self._clock
+
+    def _evict_untolerated(self, name: str, nrec: dict) -> list[float]:
+        """The taint manager: it deletes a pod (it does not fail it) once a NoExecute taint
+        has been on the pod's node longer than the pod tolerates; returns when it acts next."""
+        taints = nodes.no_execute_taints(self._objects[base.NODE][name])
+        if not taints:
+            return []
+        since = nrec["noExecuteSince"]
+        upcoming = []
         for pod in self._pods_on(name):
             if pod["metadata"].get("deletionTimestamp"):
                 continue
-            tolerated = nodes.unreachable_toleration_seconds(pod)
-            if tolerated is None:
+            times = [since[t.get("key", "")] + delay for t in taints
+                     if (delay := nodes.eviction_delay(pod, t)) is not None]
+            if not times:
                 continue
-            evict_at = lost_at + tolerated
-            if evict_at <= self._clock:
-                self._delete_pod(pod, None)  # the taint manager deletes; it does not fail pods
+            if min(times) <= self._clock:
+                self._delete_pod(pod, None)
             else:
-                upcoming.append(evict_at)
-        nrec["next"] = min(upcoming) if upcoming else None
-        self._timeline.set(("node", name), nrec["next"])
+                upcoming.append(min(times))
+        return upcoming
+
+    def _collect_out_of_service(self, name: str) -> None:
+        """PodGC force-deletes the terminating pods of a NotReady node tainted out-of-service
+        (the node is known to be shut down, so nobody waits for its kubelet)."""
+        node = self._objects[base.NODE][name]
+        if nodes.is_ready(node) or not nodes.has_taint(node, nodes.OUT_OF_SERVICE_TAINT):
+            return
+        for pod in self._pods_on(name):
+            if pod["metadata"].get("deletionTimestamp"):
+                self._force_remove(pod)
+
+    def _collect_orphans(self, name: str, nrec: dict) -> list[float]:
+        """PodGC force-deletes every pod bound to a node that no longer exists, once the
+        node has stayed away for the quarantine; then the node's record goes."""
+        due = nrec["removed"] + nodes.PODGC_QUARANTINE
+        if self._clock < due:
+            return [due]
+        for pod in self._pods_on(name):
+            self._force_remove(pod)
+        del self._sim["nodes"][name]
+        self._timeline.set(("node", name), None)
+        self._dirty = True
+        return []
 
     def _node_goes_down(self, name: str) -> None:
         nrec = self._sim["nodes"][name]
         if nrec.get("downSince") is not None:
             return
         nrec["downSince"], nrec["lost"] = self._clock, False
-        nrec["next"] = self._clock + nodes.NODE_MONITOR_GRACE
-        self._timeline.set(("node", name), nrec["next"])
+        self._process_node(name)
         self._dirty = True
 
     def _node_comes_back(self, name: str) -> None:
@@ -623,24 +722,59 @@ class SimCluster(Cluster):
         if nrec.get("downSince") is None:
             return
         nrec.update(downSince=None, lost=False, next=None)
-        self._timeline.set(("node", name), None)
         node = self._objects[base.NODE][name]
         nodes.set_ready(node, True, self._clock)
         nodes.set_unreachable_taints(node, False)
         self._bump(node)
         self._sim["schedulerDirty"] = True
         for pod in self._pods_on(name):
-            rec = self._rec(pod)
-            worker = self._worker(pod, rec)
-            if rec["startTime"] is None:
-                worker.start(self._clock)
-            worker.sync(self._clock)
-            worker.patch_images(self._clock, {c["name"]: c["image"]
-                                              for c in pod["spec"]["containers"]})
-            faults.replay(worker, self._clock)
-            if rec["deadline"] is not None:
-                worker.terminate(self._clock, rec["deadline"])
-            self._after_kubelet(pod, rec, worker)
+            self._catch_up(pod)
+        self._process_node(name)
+
+    def _catch_up(self, pod: dict) -> None:
+        """A kubelet that reports again syncs one of its pods with what the API says now."""
+        rec = self._rec(pod)
+        worker = self._worker(pod, rec)
+        if rec["startTime"] is None:
+            worker.start(self._clock)
+        worker.sync(self._clock)
+        worker.patch_images(self._clock, {c["name"]: c["image"]
+                                          for c in pod["spec"]["containers"]})
+        faults.replay(worker, self._clock)
+        if rec["deadline"] is not None:
+            worker.terminate(self._clock, self._kubelet_deadline(pod, rec))
+        self._after_kubelet(pod, rec, worker)
+
+    def _kubelet_deadline(self, pod: dict, rec: dict) -> float:
+        """When the kubelet kills what still runs of a deleted pod. One deleted while its
+        node was silent gets the deletion's whole grace from now: the kubelet counts
+        deletionGracePeriodSeconds from when it learns of the deletion."""
+        if rec["terminating"] is not None:
+            return rec["deadline"]  # it was stopping the pod before it went silent
+        return self._clock + pod["metadata"].get("deletionGracePeriodSeconds", 0)
+
+    def _remove_node(self, name: str) -> None:
+        """The machine is gone and its Node object deleted, as a cloud provider's node
+        lifecycle controller does; PodGC removes its pods after the quarantine."""
+        self._node_goes_down(name)
+        self._sim["nodes"][name]["removed"] = self._clock
+        del self._objects[base.NODE][name]
+        cordoned = self._sim["faults"]["cordoned"]
+        if name in cordoned:
+            cordoned.remove(name)
+        self._sim["schedulerDirty"] = True
+        self._process_node(name)
+
+    def _node_joins(self, name: str) -> None:
+        """A new Node object. One that takes the name of a removed node whose pods PodGC
+        has not collected yet keeps them (PodGC finds the node again): its kubelet takes
+        them over as a node that reports again."""
+        old = self._sim["nodes"].get(name)
+        self._sim["nodes"][name] = {"images": {}, "downSince": None, "next": None}
+        self._sim["schedulerDirty"] = True
+        if old is not None and old.get("removed") is not None:
+            self._sim["nodes"][name]["downSince"] = old["downSince"]
+            self._node_comes_back(name)
 
     # -- helpers -----------------------------------------------------------------
 

@@ -20,12 +20,25 @@ unschedulable  every node is cordoned (spec.unschedulable), so no new pod   yes
                nodes this fault cordoned
 node-down      the pod's node (or ``--node``) stops reporting: pods Ready   yes
                False after 40 s, deleted by the taint manager 300 s later
-               (340 s in all) and removed when their grace ends
+               (340 s in all), then Terminating for as long as the node is
+               silent: nobody confirms that their containers stopped.
+               Clearing makes the node report again; its kubelet finishes
+               those deletions, each with its full grace
+node-removed   the pod's node (or ``--node``) is gone: it stops reporting   no
+               and its Node object is deleted, as a cloud provider's node
+               lifecycle controller does; 40 s later (PodGC's quarantine)
+               PodGC force-deletes every pod bound to it, terminating or not
 hang           the container keeps running but its readiness probe fails    yes
 =============  ===========================================================  ==========
 
 Pod faults are kept by pod uid in the simulator's bookkeeping, so a new pod
 with the same name starts healthy.
+
+A pod on a silent node also goes at once when it is deleted with a grace of 0
+(a force delete), or when the node, NotReady, gets the
+``node.kubernetes.io/out-of-service`` taint (PodGC force-deletes its
+terminating pods; the taint's NoExecute effect has the taint manager delete
+the pods that do not tolerate it).
 """
 
 from __future__ import annotations
@@ -51,10 +64,12 @@ class FaultKind(StrEnum):
     EVICT = "evict"
     UNSCHEDULABLE = "unschedulable"
     NODE_DOWN = "node-down"
+    NODE_REMOVED = "node-removed"
     HANG = "hang"
 
 
-ONE_SHOT = {FaultKind.OOM, FaultKind.EVICT}
+ONE_SHOT = {FaultKind.OOM, FaultKind.EVICT, FaultKind.NODE_REMOVED}
+NODE_FAULTS = {FaultKind.NODE_DOWN, FaultKind.NODE_REMOVED}
 
 
 def apply(sim: SimCluster, kind: str, *, pod: str | None, namespace: str | None,
@@ -69,20 +84,20 @@ def apply(sim: SimCluster, kind: str, *, pod: str | None, namespace: str | None,
         raise Invalid(f"fault {fault} happens once; there is nothing to clear")
     if fault is FaultKind.UNSCHEDULABLE:
         return _cordon_all(sim, clear)
-    if fault is FaultKind.NODE_DOWN and node:
-        return _node_down(sim, node, clear)
+    if fault in NODE_FAULTS and node:
+        return _node_fault(sim, fault, node, clear)
     if fault is FaultKind.IMAGEPULL and image:
         return _image_unpullable(sim, image, clear)
     if not pod:
         raise Invalid(f"fault {fault} needs --pod" + (
-            " or --node" if fault is FaultKind.NODE_DOWN else
+            " or --node" if fault in NODE_FAULTS else
             " or --image" if fault is FaultKind.IMAGEPULL else ""))
     target = sim._find_pod(pod, namespace)
-    if fault is FaultKind.NODE_DOWN:
+    if fault in NODE_FAULTS:
         node_name = target["spec"].get("nodeName")
         if not node_name:
             raise Invalid(f"Pod {pod} is not bound to a node yet")
-        return _node_down(sim, node_name, clear)
+        return _node_fault(sim, fault, node_name, clear)
     return _pod_fault(sim, target, fault, clear)
 
 
@@ -155,9 +170,12 @@ def _cordon_all(sim: SimCluster, clear: bool) -> str:
     return f"{'uncordoned' if clear else 'cordoned'} every node"
 
 
-def _node_down(sim: SimCluster, name: str, clear: bool) -> str:
-    if name not in sim._sim["nodes"]:
+def _node_fault(sim: SimCluster, fault: FaultKind, name: str, clear: bool) -> str:
+    if name not in sim._objects[base.NODE]:
         raise NotFound(f"Node/{name} not found")
+    if fault is FaultKind.NODE_REMOVED:
+        sim._remove_node(name)
+        return (f"node {name} removed; PodGC deletes its pods in {nodes.PODGC_QUARANTINE} s")
     if clear:
         sim._node_comes_back(name)
         return f"node {name} reports again"

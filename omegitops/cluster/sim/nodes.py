@@ -1,13 +1,22 @@
 """Simulated nodes: their default shape, and what the control plane writes when one goes silent.
 
-Node loss follows the Kubernetes node lifecycle controller and taint manager:
+Node loss follows the Kubernetes node lifecycle controller, taint manager and
+pod garbage collector (PodGC):
 
 - ``NODE_MONITOR_GRACE`` (40 s) after the kubelet last reported, the node's Ready
   condition turns Unknown, it gets the ``node.kubernetes.io/unreachable``
   NoSchedule and NoExecute taints, and its pods' Ready condition turns False;
 - pods tolerate ``unreachable:NoExecute`` for 300 s by default (the
   DefaultTolerationSeconds admission plugin), so the taint manager deletes
-  them 300 s after the taint, 340 s after the node went silent.
+  them 300 s after the taint, 340 s after the node went silent;
+- a deleted pod then stays, Terminating, for as long as the node is silent:
+  only its kubelet can confirm that the containers stopped. It goes when the
+  node reports again (the kubelet finishes the deletion), when it is deleted
+  with a grace of 0 (a force delete), when the node is not Ready and carries
+  the ``node.kubernetes.io/out-of-service`` taint (PodGC force-deletes its
+  terminating pods), or when the Node object is deleted: PodGC force-deletes
+  every pod bound to a node that no longer exists, after a quarantine of
+  ``PODGC_QUARANTINE`` (40 s) in which the node could reappear.
 """
 
 from __future__ import annotations
@@ -16,7 +25,12 @@ from omegitops.cluster.times import format_time
 
 NODE_MONITOR_GRACE = 40
 DEFAULT_TOLERATION_SECONDS = 300
+# PodGC's quarantineTime. It looks every 20 s (gcCheckPeriod), so on a real cluster the
+# pods go 40 to 60 s after their node; the simulator takes the lower bound.
+PODGC_QUARANTINE = 40
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 GPU = "nvidia.com/gpu"
 
@@ -104,13 +118,35 @@ def set_cordoned(node: dict, cordoned: bool) -> None:
     node["spec"]["taints"] = taints
 
 
-def unreachable_toleration_seconds(pod: dict) -> float | None:
-    """How long the pod stays on an unreachable node: 300 s by default, None for ever."""
-    for toleration in pod["spec"].get("tolerations") or []:
-        if toleration.get("effect") not in (None, "", "NoExecute"):
-            continue
-        key = toleration.get("key")
-        if key == UNREACHABLE_TAINT or (not key and toleration.get("operator") == "Exists"):
-            seconds = toleration.get("tolerationSeconds")
-            return None if seconds is None else float(seconds)
-    return DEFAULT_TOLERATION_SECONDS
+def has_taint(node: dict, key: str) -> bool:
+    return any(t.get("key") == key for t in node["spec"].get("taints") or [])
+
+
+def no_execute_taints(node: dict) -> list[dict]:
+    return [t for t in node["spec"].get("taints") or [] if t.get("effect") == "NoExecute"]
+
+
+def tolerates(toleration: dict, taint: dict) -> bool:
+    """The rules of k8s.io/api/core/v1 Toleration.ToleratesTaint."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if toleration.get("operator") == "Exists":
+        return not key or key == taint.get("key")
+    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def eviction_delay(pod: dict, taint: dict) -> float | None:
+    """How long the pod stays once the NoExecute ``taint`` is on its node: 0 when it does
+    not tolerate it, its tolerationSeconds, or None for ever.
+
+    A pod that states no toleration of the not-ready and unreachable taints has the
+    DefaultTolerationSeconds admission plugin's 300 s for them.
+    """
+    matching = [t for t in pod["spec"].get("tolerations") or [] if tolerates(t, taint)]
+    if not matching:
+        default = taint.get("key") in (UNREACHABLE_TAINT, NOT_READY_TAINT)
+        return DEFAULT_TOLERATION_SECONDS if default else 0
+    # As the taint manager: the shortest of the stated tolerationSeconds, for ever if none.
+    seconds = [t["tolerationSeconds"] for t in matching if t.get("tolerationSeconds") is not None]
+    return float(max(0, min(seconds))) if seconds else None

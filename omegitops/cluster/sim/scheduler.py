@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from omegitops.cluster.quantities import parse_milli
-from omegitops.cluster.sim.nodes import UNSCHEDULABLE_TAINT, is_ready
+from omegitops.cluster.sim.nodes import UNSCHEDULABLE_TAINT, is_ready, tolerates
 
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 POD_SLOT = "pods"
@@ -99,17 +99,7 @@ def _insufficient(requests: dict[str, int], room: NodeRoom) -> list[str]:
 
 
 def _tolerates(tolerations: list[dict], taint: dict) -> bool:
-    return any(_tolerates_one(t, taint) for t in tolerations)
-
-
-def _tolerates_one(toleration: dict, taint: dict) -> bool:
-    # The rules of k8s.io/api/core/v1 Toleration.ToleratesTaint.
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    if toleration.get("operator") == "Exists":
-        return not key or key == taint.get("key")
-    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+    return any(tolerates(t, taint) for t in tolerations)
 
 
 def _matches_selector(pod: dict, node: dict) -> bool:

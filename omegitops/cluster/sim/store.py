@@ -11,7 +11,9 @@ State layout (``version`` 1)::
       "objects": {"Pod": {"ns/name": {...}}, "Node": {"node-0": {...}}, ...},
       "sim": {                                # simulator bookkeeping, never shown as objects
         "pods": {uid: record},                # kubelet and scheduler state per pod
-        "nodes": {name: {"images": {image: readyAt}, "downSince": t | null}},
+        "nodes": {name: {"images": {image: readyAt}, "downSince": t | null,
+                         "lost": bool, "noExecuteSince": {taint key: t},
+                         "removed": t}},          # kept after the Node until PodGC ran
         "faults": {"pods": {uid: {...}}, "images": [...], "cordoned": [...]},
         "schedulerDirty": false
       }
