@@ -288,6 +288,7 @@ class PlannedComponent:
     desired: DesiredComponent | None = None
     observed: ObservedComponent | None = None
     plan: Plan | None = None
+    error: str | None = None  # why the component could not be planned
 
     @property
     def namespace(self) -> str:
@@ -393,7 +394,8 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
 def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict[str, Any],
                   forecast: dict[str, Any] | None, forecast_skipped: str | None) -> dict:
     """The plan as one JSON document; pure."""
-    components = [component_view(p) for p in planned]
+    components = [component_view(p) for p in planned if p.error is None]
+    failed = [p.error for p in planned if p.error is not None]
     managed = [c for c in components if c["managed"]]
     changing = [c for c in managed if c["changes"]]
     warnings = sum(len(c["warnings"]) for c in components)
@@ -405,6 +407,7 @@ def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict
         "unchanged": len(managed) - len(changing),
         "warnings": warnings,
         "validationErrors": len(errors),
+        "planningErrors": len(failed),
     }
     return {
         "repository": loaded.root.as_posix(),
@@ -413,6 +416,7 @@ def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict
         "validation": {"errors": errors,
                        "warnings": [w.to_dict() for w in loaded.result.warnings]},
         "components": components,
+        "planningErrors": failed,
         "forecast": forecast,
         "forecastSkipped": forecast_skipped,
         "changes": bool(changing),
@@ -429,8 +433,11 @@ def summary_line(summary: dict[str, int]) -> str:
     skipped = summary["components"] - summary["managed"]
     if skipped:
         text += f" ({skipped} not managed)"
-    return (f"{text}; {count(summary['warnings'], 'warning')}; "
+    text = (f"{text}; {count(summary['warnings'], 'warning')}; "
             f"{count(summary['validationErrors'], 'validation error')}")
+    if summary.get("planningErrors"):
+        text += f"; {count(summary['planningErrors'], 'component')} not planned"
+    return text
 
 
 def render_markdown(document: dict) -> str:

@@ -154,8 +154,14 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
     for item in items:
         if not item.lifecycle.managed:
             continue
-        desired, _, plan = plan_item(seen, item, now)
-        wanted.add((desired.namespace, desired.isvc, desired.component))
+        # Wanted even when its plan fails: a component that cannot be planned is never
+        # torn down by --prune as if it had left the repository.
+        wanted.add(component_key(item))
+        try:
+            _, _, plan = plan_item(seen, item, now)
+        except Exception as err:  # noqa: BLE001 - one component's failure stays its own
+            result.errors.append(planning_error(item, err))
+            continue
         result.plans.append((item, plan))
     for key, replica in sorted(seen.replicas.items()):
         spec = replica.get("spec") or {}
@@ -171,12 +177,31 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
     return result
 
 
+def component_key(item: ServiceComponent) -> tuple[str, str, str]:
+    """(namespace, service, component) of a resolved component."""
+    meta = item.service.data["metadata"]
+    return meta.get("namespace") or "default", meta["name"], item.lifecycle.component
+
+
+def planning_error(item: ServiceComponent, err: Exception) -> str:
+    """The one line that names a component whose plan raised, and why.
+
+    Each component is planned inside its own boundary: input that validation let
+    through and the planner trips on is that component's error, never the pass's.
+    """
+    log.debug("planning %s failed", item.service.id, exc_info=err)
+    namespace, name, component = component_key(item)
+    reason = " ".join(str(err).split()) or "no message"
+    if len(reason) > 200:
+        reason = reason[:197] + "..."
+    return (f"{item.service.path}: {namespace}/{name} {component}: not planned, "
+            f"{type(err).__name__}: {reason}")
+
+
 def plan_item(seen: Observation, item: ServiceComponent,
               now: datetime) -> tuple[DesiredComponent, ObservedComponent, Plan]:
     """Render one managed component and plan it against what ``seen`` holds for it."""
-    meta = item.service.data["metadata"]
-    observed = seen.component(meta.get("namespace") or "default", meta["name"],
-                              item.lifecycle.component)
+    observed = seen.component(*component_key(item))
     desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
                             item.lifecycle, observed.revisions, observed.replica)
     return desired, observed, plan_component(desired, observed, now)

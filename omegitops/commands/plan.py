@@ -28,7 +28,7 @@ from omegitops.commands.common import add_repo_args, print_errors, print_json
 from omegitops.forecast import DEFAULT_BUDGET_SECONDS, forecast
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
 from omegitops.planview import PlannedComponent, plan_document, render_markdown
-from omegitops.reconcile import observe, plan_item
+from omegitops.reconcile import observe, plan_item, planning_error
 
 NO_CLUSTER = "none"
 CHANGES_PENDING = 2
@@ -64,11 +64,12 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="omegitops-plan-") as scratch:
         cluster, planned, outlook, skipped = _plan(args.cluster, items, Path(scratch), budget)
     document = plan_document(loaded, planned, cluster, outlook, skipped)
+    print_errors(document["planningErrors"])
     if args.output == "json":
         print_json(document)
     else:
         sys.stdout.write(render_markdown(document))
-    if not loaded.result.ok:
+    if not loaded.result.ok or document["planningErrors"]:
         return 1
     if args.detailed_exitcode and document["changes"]:
         return CHANGES_PENDING
@@ -108,7 +109,8 @@ def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
 
 def plan_components(cluster: Cluster, items: list[ServiceComponent]) -> list[PlannedComponent]:
     """Observe once and plan every component, keeping what the plan was made from
-    (the desired templates and observed revisions the revision diff needs); no writes."""
+    (the desired templates and observed revisions the revision diff needs); no writes.
+    A component whose plan raises carries the error instead, and the others go on."""
     now = cluster.now()
     seen = observe(cluster)
     planned: list[PlannedComponent] = []
@@ -116,5 +118,8 @@ def plan_components(cluster: Cluster, items: list[ServiceComponent]) -> list[Pla
         if not item.lifecycle.managed:
             planned.append(PlannedComponent(item))
             continue
-        planned.append(PlannedComponent(item, *plan_item(seen, item, now)))
+        try:
+            planned.append(PlannedComponent(item, *plan_item(seen, item, now)))
+        except Exception as err:  # noqa: BLE001 - one component's failure stays its own
+            planned.append(PlannedComponent(item, error=planning_error(item, err)))
     return planned
