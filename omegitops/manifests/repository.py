@@ -8,17 +8,21 @@ file never stops the others.
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegitops.ids import ResourceId
+from omegitops.manifests.jsonvalues import normalize_json
 from omegitops.manifests.yamlfile import (
     Document,
     YamlError,
     load_documents,
     load_text,
     non_string_key,
+    read_limited,
+    yaml_type,
 )
 
 API_VERSION = "ome.io/v1beta1"
@@ -38,6 +42,7 @@ MAX_SHOWN = {"obj": 120, "field": 160, "message": 300}
 
 DEFAULT_VALUES_FILE = "ome-values.yaml"
 YAML_SUFFIXES = (".yaml", ".yml")
+JSON_SUFFIX = ".json"
 # Folders that never hold manifests: VCS metadata, local cluster state, reports.
 SKIPPED_DIRS = {".git", ".github", ".omegitops", "node_modules", "__pycache__"}
 
@@ -115,6 +120,14 @@ class Skipped:
     name: str
 
 
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file that looks like a manifest but is not read (a .json file, a broken link)."""
+
+    path: str
+    reason: str
+
+
 @dataclass
 class Repository:
     """Everything read from a repository, before validation."""
@@ -122,6 +135,7 @@ class Repository:
     root: Path
     manifests: list[Manifest] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    skipped_files: list[SkippedFile] = field(default_factory=list)
     errors: list[ManifestError] = field(default_factory=list)
     files: int = 0
 
@@ -137,19 +151,37 @@ def format_path(path: tuple[str | int, ...]) -> str:
     return out
 
 
-def manifest_files(root: Path, values_file: str = DEFAULT_VALUES_FILE) -> list[Path]:
-    """Every YAML file under ``root`` except the operator values file, sorted."""
-    found = []
+def manifest_files(root: Path, values_file: str = DEFAULT_VALUES_FILE
+                   ) -> tuple[list[Path], list[SkippedFile]]:
+    """Every YAML file under ``root`` except the operator values file, sorted, and the
+    files that look like manifests but are not read, with why."""
+    found, skipped = [], []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if any(part in SKIPPED_DIRS for part in rel.parts[:-1]):
             continue
-        if path.suffix not in YAML_SUFFIXES or not path.is_file():
+        if path.suffix not in YAML_SUFFIXES + (JSON_SUFFIX,) or rel.as_posix() == values_file:
             continue
-        if rel.as_posix() == values_file:
-            continue
-        found.append(path)
-    return found
+        reason = _unread_reason(path)
+        if reason:
+            skipped.append(SkippedFile(rel.as_posix(), reason))
+        elif path.suffix in YAML_SUFFIXES and not path.is_dir():
+            found.append(path)
+    return found, skipped
+
+
+def _unread_reason(path: Path) -> str | None:
+    """Why a .yaml, .yml or .json entry is not read, or None when it is."""
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except FileNotFoundError:
+            return f"symbolic link to {_clip(os.readlink(path), 100)}, which does not exist"
+        except (OSError, RuntimeError):  # RuntimeError: Python 3.11's "Symlink loop"
+            return "symbolic link that loops back on itself"
+    if path.suffix == JSON_SUFFIX and not path.is_dir():
+        return "a .json file: manifests are read from .yaml and .yml files only"
+    return None
 
 
 def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE) -> Repository:
@@ -159,21 +191,28 @@ def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE) -> Repos
     if not root.is_dir():
         repo.errors.append(ManifestError(str(root), None, "repository folder does not exist"))
         return repo
-    for path in manifest_files(root, values_file):
+    files, repo.skipped_files = manifest_files(root, values_file)
+    for path in files:
         repo.files += 1
         _read_file(repo, path)
     return repo
 
 
+def outside(path: Path, root: Path) -> bool:
+    """Whether ``path``, inside ``root`` as written, leads out of it through a link
+    (its own, or a folder's on the way)."""
+    return not path.resolve().is_relative_to(root.resolve())
+
+
 def _read_file(repo: Repository, path: Path) -> None:
     rel = path.relative_to(repo.root).as_posix()
-    if path.is_symlink() and not path.resolve().is_relative_to(repo.root.resolve()):
+    if outside(path, repo.root):
         # A link out of the repository would read (and echo) files nobody reviewed.
         repo.errors.append(ManifestError(rel, None, "symbolic link to a file outside the "
                                                     "repository; not read"))
         return
     try:
-        text = load_text(path.read_bytes())
+        text = load_text(read_limited(path))
         documents = list(load_documents(text))
     except YamlError as err:
         repo.errors.append(ManifestError(rel, err.line, err.message))
@@ -237,8 +276,19 @@ def _classify(repo: Repository, rel: str, doc: Document) -> None:
         # or null as something else, which no schema or later lookup expects.
         repo.errors.append(ManifestError(
             rel, key.start_mark.line + 1,
-            _clip(f"{kind} {name}: key {key.value!r} is read as {_a(_yaml_type(key))}, not a "
+            _clip(f"{kind} {name}: key {key.value!r} is read as {_a(yaml_type(key))}, not a "
                   f"string; quote it", MAX_SHOWN["message"])))
+        return
+    problems = normalize_json(data)
+    if problems:
+        # PyYAML builds a date or bytes from an unquoted 2024-01-01 or a !!binary, but
+        # no Kubernetes object can hold one: the API only speaks JSON.
+        path, what = min(problems, key=lambda p: doc.line_of(p[0]))
+        repo.errors.append(ManifestError(
+            rel, doc.line_of(path),
+            _clip(f"{kind} {name}: {format_path(path)}: {_shown(dig_value(data, path))} is "
+                  f"read as {what}, which a Kubernetes object cannot hold (it is JSON); "
+                  "quote it to keep it as text", MAX_SHOWN["message"])))
         return
     namespace = ""
     if kind in NAMESPACED_KINDS:
@@ -248,9 +298,18 @@ def _classify(repo: Repository, rel: str, doc: Document) -> None:
     repo.manifests.append(Manifest(ResourceId(kind, namespace, name), rel, doc))
 
 
-def _yaml_type(node: Any) -> str:
-    """``tag:yaml.org,2002:int`` -> ``int``."""
-    return str(node.tag).rsplit(":", 1)[-1]
+def _shown(value: Any) -> str:
+    """A value as the file wrote it, near enough: ``2024-01-01``, ``b'...'``."""
+    if isinstance(value, bytes):
+        return "a !!binary value"  # its bytes are anything at all: not echoed
+    text = value.isoformat() if hasattr(value, "isoformat") else repr(value)
+    return _clip(text, 60)
+
+
+def dig_value(data: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        data = data[part]
+    return data
 
 
 def _a(noun: str) -> str:

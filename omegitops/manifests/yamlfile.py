@@ -7,8 +7,11 @@ cross-object check) can be traced back to its line without parsing twice.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -97,6 +100,11 @@ def non_string_key(root: yaml.Node) -> yaml.ScalarNode | None:
     return min(found, key=lambda k: (k.start_mark.line, k.start_mark.column), default=None)
 
 
+def yaml_type(node: yaml.Node) -> str:
+    """``tag:yaml.org,2002:timestamp`` -> ``timestamp``."""
+    return str(node.tag).rsplit(":", 1)[-1]
+
+
 def _child(node: yaml.Node, part: str | int) -> tuple[yaml.Node | None, yaml.Node] | None:
     """(key node, value node) of ``part`` under ``node``; the key is None in a list."""
     if isinstance(node, yaml.MappingNode):
@@ -138,6 +146,34 @@ def load_documents(text: str) -> Iterator[Document]:
             index += 1
     finally:
         loader.dispose()
+
+
+def read_limited(path: Path | str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``; YamlError for anything else.
+
+    The size is known before a byte is read, and never more than one byte past the
+    limit is read: a 1 GB file costs nothing, and a link to ``/dev/zero`` (which
+    reports no size and never ends) or to a FIFO (which blocks) is refused unread.
+    OSError (missing, unreadable) is the caller's to report.
+    """
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise YamlError("a folder, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise YamlError("not a regular file (a device, socket or pipe); not read")
+        if info.st_size > max_bytes:
+            raise YamlError(f"file is {info.st_size} bytes, larger than the limit of {max_bytes}")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:  # it grew while being read
+        raise YamlError(f"file is larger than the limit of {max_bytes} bytes")
+    return data
 
 
 def load_text(raw: bytes, max_bytes: int = MAX_FILE_BYTES) -> str:
@@ -243,11 +279,20 @@ def _expanded_size(root: yaml.Node) -> None:
     its line is where the multiplication happens.
     """
     sizes: dict[int, tuple[int, int]] = {}
+    # Nodes being expanded: the path from the root to the node at hand, since a node's
+    # finishing entry sits on the stack below all of its descendants' entries.
+    open_nodes: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, expanded = stack.pop()
         if id(node) in sizes:
             continue
+        if not expanded:
+            if id(node) in open_nodes:
+                # ``x: &a [*a]``: no depth bound ends the expansion of a loop.
+                raise YamlError("an alias refers to a node that contains it (an endless "
+                                "loop)", node.start_mark.line + 1)
+            open_nodes.add(id(node))
         if isinstance(node, yaml.MappingNode):
             children = [child for pair in node.value for child in pair]
         elif isinstance(node, yaml.SequenceNode):
