@@ -93,6 +93,10 @@ STRATEGY_TYPES = ["SurgeThenDrain", "RecreatePod", "InPlaceIfPossible", "InPlace
 RESTART_POLICIES = ["None", "RecreateInstanceOnPodRestart"]
 COMPONENTS = ["engine", "decoder", "router"]
 
+# Kubernetes' int32 fields (minReadySeconds, partition, an IntOrString's number): a
+# larger value is refused by the API server, and would overflow the planner's clock.
+MAX_INT32 = 2**31 - 1
+
 RFC3339_PATTERN = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
 )
@@ -129,14 +133,14 @@ def lifecycle_defs() -> Schema:
         "Duration": {"type": "string", "pattern": DURATION_PATTERN},
         "IntOrPercent": {
             "anyOf": [
-                {"type": "integer", "minimum": 0},
+                {"type": "integer", "minimum": 0, "maximum": MAX_INT32},
                 {"type": "string", "pattern": "^[0-9]+%$"},
             ]
         },
         "Lifecycle": closed(
             {
                 "updateStrategy": {"$ref": "#/$defs/UpdateStrategy"},
-                "minReadySeconds": {"type": "integer", "minimum": 0},
+                "minReadySeconds": {"type": "integer", "minimum": 0, "maximum": MAX_INT32},
                 "restartPolicy": {"type": "string", "enum": RESTART_POLICIES},
                 "instanceReadyTimeout": {"$ref": "#/$defs/Duration"},
                 "migrationPolicy": closed({"mode": {"type": "string", "enum": ["Auto", "Never"]}}),
@@ -147,7 +151,7 @@ def lifecycle_defs() -> Schema:
                 "type": {"type": "string", "enum": STRATEGY_TYPES},
                 "rollingUpdate": closed(
                     {
-                        "partition": {"type": "integer", "minimum": 0},
+                        "partition": {"type": "integer", "minimum": 0, "maximum": MAX_INT32},
                         "maxSurge": budget,
                         "maxUnavailable": budget,
                     }

@@ -14,6 +14,10 @@ _UNITS = {
     "m": 60.0,
     "h": 3600.0,
 }
+# Go's time.Duration is an int64 of nanoseconds: OME's manager cannot hold a longer
+# duration (ParseDuration refuses it), and no clock reaches past it.
+MAX_SECONDS = (2**63 - 1) / 1e9
+LONGEST = "2562047h47m16s"
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 
@@ -43,7 +47,14 @@ def parse_duration(text: str) -> float:
         pos = match.end()
     if pos != len(body) or not body:
         raise DurationError(f"invalid duration {text!r}: expected a Go duration such as '90s'")
+    if total > MAX_SECONDS:
+        raise DurationError(f"duration {_clip(text)} is longer than a Go duration can be "
+                            f"(at most {LONGEST})")
     return sign * total
+
+
+def _clip(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
 
 
 def format_duration(seconds: float | None) -> str:

@@ -54,6 +54,17 @@ LABEL_VALUE = Rule(
     "must hold only letters, digits, '-', '_' and '.', and start and end with a letter or "
     "digit")
 
+# A label or annotation key: an optional DNS-1123 subdomain prefix of at most 253
+# characters and "/", then a name of at most 63 (IsQualifiedName).
+LABEL_KEY = Rule(
+    "a label key", 253 + 1 + 63,
+    re.compile(r"^(?:(?=[^/]{1,253}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*"
+               r"[a-z0-9])?)*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"),
+    "must be a name of at most 63 letters, digits, '-', '_' and '.', starting and ending "
+    "with a letter or digit, after an optional DNS subdomain prefix and '/'")
+ANNOTATION_KEY = Rule("an annotation key", LABEL_KEY.limit, LABEL_KEY.pattern,
+                      LABEL_KEY.form)
+
 
 @dataclass(frozen=True)
 class DerivedName:
@@ -109,6 +120,26 @@ def derived_names(namespace: str, isvc: str, lifecycle: ComponentLifecycle) -> l
         group = podgroup_name(desired, index)
         names.append(DerivedName("PodGroup name", group, DNS1123_SUBDOMAIN))
         names.append(DerivedName(f"pod label {PODGROUP_LABEL}", group, LABEL_VALUE))
+    return list(dict.fromkeys(names))
+
+
+def template_names(templates: dict[str, dict]) -> list[DerivedName]:
+    """The names a component's pod templates carry from its manifests (label keys and
+    values, annotation keys, container names), with the rule the API server holds
+    each to: the same rules as the names omegitops derives."""
+    names = []
+    for runner, template in sorted(templates.items()):
+        meta, spec = template["metadata"], template["spec"]
+        pods = f"{runner} pod"
+        for key, value in sorted((meta.get("labels") or {}).items()):
+            names.append(DerivedName(f"{pods} label key", key, LABEL_KEY))
+            names.append(DerivedName(f"{pods} label {key}", str(value), LABEL_VALUE))
+        names += [DerivedName(f"{pods} annotation key", key, ANNOTATION_KEY)
+                  for key in sorted(meta.get("annotations") or {})]
+        for field in ("containers", "initContainers"):
+            names += [DerivedName(f"{pods} container name", str(container.get("name")),
+                                  DNS1123_LABEL)
+                      for container in spec.get(field) or [] if isinstance(container, dict)]
     return list(dict.fromkeys(names))
 
 

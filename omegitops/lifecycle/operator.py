@@ -16,6 +16,7 @@ from omegitops.lifecycle.durations import DurationError, parse_duration
 
 COMPONENTS = ("engine", "decoder", "router")
 STRATEGIES = ("SurgeThenDrain", "RecreatePod", "InPlaceIfPossible", "InPlaceOnly")
+MAX_INT32 = 2**31 - 1
 DEPLOYMENT_MODES = ("RawDeployment", "Serverless", "MultiNode", "PDDisaggregated", "OMENative")
 
 
@@ -73,6 +74,10 @@ def _int(section: dict, key: str, name: str, minimum: int) -> int | None:
     if value < minimum:
         relation = {0: ">= 0", 1: "> 0"}.get(minimum, f">= {minimum}")
         raise _fail(f"{name} must be {relation}, got {value}")
+    if value > MAX_INT32:
+        # OME's settings are int32: the manager refuses more, and a window that long
+        # would carry the planner's clock past any date it can write.
+        raise _fail(f"{name} must be <= {MAX_INT32}, got {value}")
     return value
 
 

@@ -6,7 +6,6 @@ on, and it never stops the valid ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +17,6 @@ from omegitops.lifecycle.names import derived_names, longest_fitting
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import (
     OMENATIVE,
-    RUNTIME_CONFIG,
     SURGE_THEN_DRAIN,
     ComponentLifecycle,
     components_of,
@@ -26,6 +24,7 @@ from omegitops.lifecycle.resolve import (
     resolve_component,
     resolve_mode,
 )
+from omegitops.manifests.plannable import component_errors, lifecycle_blocks, value_errors
 from omegitops.manifests.repository import (
     CLUSTER_SERVING_RUNTIME,
     INFERENCE_SERVICE,
@@ -118,21 +117,10 @@ def _schema_error(manifest: Manifest, err: ValidationError) -> ManifestError:
     return manifest.error(path, message)
 
 
-def _lifecycle_blocks(manifest: Manifest) -> Iterable[tuple[tuple[str, ...], dict]]:
-    if manifest.id.kind == INFERENCE_SERVICE:
-        parents = [("spec", component) for component in RUNTIME_CONFIG]
-    else:
-        parents = [("spec", config) for config in RUNTIME_CONFIG.values()]
-    for parent in parents:
-        block = dig(manifest.data, parent + ("lifecycle",))
-        if isinstance(block, dict):
-            yield parent + ("lifecycle",), block
-
-
 def percentage_errors(manifest: Manifest) -> list[ManifestError]:
     """Budgets over 100% (the schema accepts any ``N%``)."""
     errors = []
-    for path, block in _lifecycle_blocks(manifest):
+    for path, block in lifecycle_blocks(manifest):
         for key in BUDGET_FIELDS:
             value = dig(block, ("updateStrategy", "rollingUpdate", key))
             if value is not None and budgets.is_over_100_percent(value):
@@ -169,6 +157,11 @@ def service_errors(
             ))
             return errors
         lifecycle = resolve_component(service.data, runtime_data, component, operator)
+        planned = component_errors(service, runtime, lifecycle)
+        if planned:
+            # Names and budgets read the counts these refused (a billion workers).
+            errors.extend(planned)
+            continue
         errors.extend(_derived_name_errors(service, lifecycle))
         errors.extend(_stuck_budget_errors(service, lifecycle))
     return errors
@@ -232,9 +225,16 @@ def _is_managed(service: Manifest, runtime: Manifest | None, operator: OperatorS
     )
 
 
+# Other definitions a duplicate's message names: with 2,000 copies, naming every other
+# one in each message made four million strings.
+SHOWN_COPIES = 3
+
+
 def _duplicate_message(copies: list[Manifest], copy: Manifest) -> str:
-    others = ", ".join(f"{m.path}:{m.line}" for m in copies if m is not copy)
-    return f"duplicate object, also defined at {others}"
+    others = [m for m in copies[:SHOWN_COPIES + 1] if m is not copy][:SHOWN_COPIES]
+    shown = ", ".join(f"{m.path}:{m.line}" for m in others)
+    more = len(copies) - 1 - len(others)
+    return f"duplicate object, also defined at {shown}" + (f" and {more} more" if more else "")
 
 
 def validate_repository(repo: Repository, operator: OperatorSettings) -> ValidationResult:
@@ -252,7 +252,8 @@ def validate_repository(repo: Repository, operator: OperatorSettings) -> Validat
         copies.setdefault(manifest.id, []).append(manifest)
     candidates: list[Manifest] = []
     for manifest in repo.manifests:
-        own = schema_errors(manifest) or percentage_errors(manifest)
+        own = schema_errors(manifest) or percentage_errors(manifest) or \
+            value_errors(manifest)
         if own:
             errors.extend(own)
         elif copies[manifest.id][0] is manifest:

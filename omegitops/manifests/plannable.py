@@ -1,0 +1,182 @@
+"""What validation accepts, the planner can plan: values checked against their use.
+
+The schemas check types and shapes. These check each value against what the
+planner will do with it, once, at load, so that an object either fails here
+with its file, line and field, or plans: a duration a Go duration can hold
+(the manager's type), counts that are not negative and that a cluster could
+run, pods that would have a container image, and labels the API server takes.
+``tests/test_plannable.py`` holds the two to the same answers on generated
+values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from omegitops.lifecycle.durations import DurationError, parse_duration
+from omegitops.lifecycle.names import template_names
+from omegitops.lifecycle.resolve import (
+    GANG,
+    HISTORY_ANNOTATION,
+    RUNTIME_CONFIG,
+    ComponentLifecycle,
+    dig,
+)
+from omegitops.lifecycle.templates import render_templates
+from omegitops.manifests.repository import INFERENCE_SERVICE, Manifest, ManifestError
+
+# Kubernetes' documented scalability limit ("no more than 150,000 total pods"): a
+# component needing more could never run, and planning its Instances one by one
+# would take hours on every pass.
+MAX_CLUSTER_PODS = 150_000
+DURATION_FIELDS = ("instanceReadyTimeout",)
+COUNT_FIELDS = (("minReplicas",), ("maxReplicas",), ("worker", "size"))
+
+FieldPath = tuple[str | int, ...]
+
+
+def component_blocks(manifest: Manifest) -> Iterable[tuple[str, FieldPath, dict]]:
+    """(component, path, block) of each component spec (a service's ``spec.engine``)
+    or runtime component config (``spec.engineConfig``) the object has."""
+    service = manifest.id.kind == INFERENCE_SERVICE
+    for component, config in RUNTIME_CONFIG.items():
+        path = ("spec", component if service else config)
+        block = dig(manifest.data, path)
+        if isinstance(block, dict):
+            yield component, path, block
+
+
+def lifecycle_blocks(manifest: Manifest) -> Iterable[tuple[FieldPath, dict]]:
+    for _, path, block in component_blocks(manifest):
+        lifecycle = block.get("lifecycle")
+        if isinstance(lifecycle, dict):
+            yield path + ("lifecycle",), lifecycle
+
+
+def value_errors(manifest: Manifest) -> list[ManifestError]:
+    """The values of one object that no plan could use, each at its own line."""
+    errors = []
+    for path, block in lifecycle_blocks(manifest):
+        for key in DURATION_FIELDS:
+            value = block.get(key)
+            if isinstance(value, str):
+                try:
+                    parse_duration(value)
+                except DurationError as err:
+                    errors.append(manifest.error(path + (key,), str(err)))
+    for _, path, block in component_blocks(manifest):
+        for sub in COUNT_FIELDS:
+            value = dig(block, sub)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                errors.append(manifest.error(path + sub, f"{value} is less than the minimum "
+                                                         "of 0"))
+    errors.extend(_history_errors(manifest))
+    return errors
+
+
+def _history_errors(manifest: Manifest) -> list[ManifestError]:
+    """The revision-history annotation is a string: it must hold a whole number >= 0."""
+    path = ("metadata", "annotations", HISTORY_ANNOTATION)
+    value = dig(manifest.data, path)
+    if value is None or manifest.id.kind != INFERENCE_SERVICE:
+        return []
+    if isinstance(value, str) and value.strip().isdigit():
+        return []
+    shown = value if len(str(value)) <= 40 else f"{str(value)[:37]}..."
+    return [manifest.error(path, f"{shown!r} is not a whole number of revisions (>= 0)")]
+
+
+def component_errors(service: Manifest, runtime: Manifest | None,
+                     lifecycle: ComponentLifecycle) -> list[ManifestError]:
+    """Checks of one OMENative component on its effective values (service over runtime).
+
+    The counts come first: the names and templates checked after them are rendered
+    per worker, which a worker count of a billion would make endless.
+    """
+    errors = _count_errors(service, runtime, lifecycle)
+    if errors:
+        return errors
+    templates = render_templates(service.data, runtime.data if runtime else None, lifecycle)
+    return _container_errors(service, runtime, lifecycle, templates) + \
+        _label_errors(service, lifecycle, templates)
+
+
+def _effective(service: Manifest, runtime: Manifest | None, component: str,
+               sub: FieldPath) -> tuple[Any, FieldPath | None]:
+    """A count's value and, when the service sets it, its path in the service."""
+    own = ("spec", component, *sub)
+    if dig(service.data, own) is not None:
+        return dig(service.data, own), own
+    return dig(runtime.data if runtime else None, ("spec", RUNTIME_CONFIG[component], *sub)), None
+
+
+def _count_errors(service: Manifest, runtime: Manifest | None,
+                  lifecycle: ComponentLifecycle) -> list[ManifestError]:
+    component = lifecycle.component
+    low, low_path = _effective(service, runtime, component, ("minReplicas",))
+    high, high_path = _effective(service, runtime, component, ("maxReplicas",))
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        where = low_path or high_path or ("spec", "runtime", "name")
+        return [service.error(where, (
+            f"{low} is more than maxReplicas {high}{_from(runtime, low_path)}: "
+            "the component could never run its minimum"))]
+    pods = 1 + lifecycle.worker_size if lifecycle.shape == GANG else 1
+    if lifecycle.replicas * pods > MAX_CLUSTER_PODS:
+        where = low_path or ("spec", component, "minReplicas")
+        shape = f"of {pods} pods" if pods > 1 else "of one pod"
+        return [service.error(where, (
+            f"{lifecycle.replicas} Instances {shape} need {lifecycle.replicas * pods} pods, "
+            f"more than a Kubernetes cluster can run (at most {MAX_CLUSTER_PODS} pods)"
+            f"{_from(runtime, low_path)}"))]
+    return []
+
+
+def _container_errors(service: Manifest, runtime: Manifest | None,
+                      lifecycle: ComponentLifecycle,
+                      templates: dict[str, dict]) -> list[ManifestError]:
+    """Pods the API server would refuse on every pass: no container, or no image."""
+    component = lifecycle.component
+    for runner, template in templates.items():
+        spec = template["spec"]
+        if not spec.get("containers"):
+            return [service.error(("spec", component), (
+                f"component {component}'s {runner} pods would have no container: set a "
+                f"runner {_where(component, runner, runtime)}"))]
+        for key in ("containers", "initContainers"):
+            for container in spec.get(key) or []:
+                if not isinstance(container, dict) or not container.get("image"):
+                    name = container.get("name") if isinstance(container, dict) else None
+                    return [service.error(("spec", component), (
+                        f"component {component}'s {runner} pods would have a container "
+                        f"{name or '(unnamed)'} with no image: set its image "
+                        f"{_where(component, runner, runtime)}"))]
+    return []
+
+
+def _label_errors(service: Manifest, lifecycle: ComponentLifecycle,
+                  templates: dict[str, dict]) -> list[ManifestError]:
+    """Label keys and values, annotation keys and container names the API server
+    would refuse, with the rules of ``lifecycle/names.py``."""
+    component = lifecycle.component
+    for name in template_names(templates):
+        if name.rule.allows(name.value):
+            continue
+        shown = name.value if len(name.value) <= 70 else f"{name.value[:67]}..."
+        length = f" is at most {name.rule.limit} characters and" if name.too_long else ""
+        return [service.error(("spec", component), (
+            f"component {component}'s {name.what} {shown!r} would be refused by the API "
+            f"server: {name.rule.title}{length} {name.rule.form}"))]
+    return []
+
+
+def _where(component: str, runner: str, runtime: Manifest | None) -> str:
+    part = "runner" if runner == "default" else f"{runner}.runner (or runner)"
+    here = f"in spec.{component}.{part}"
+    if runtime is None:
+        return here
+    return f"{here}, or in {runtime.id} at spec.{RUNTIME_CONFIG[component]}.{part}"
+
+
+def _from(runtime: Manifest | None, own: FieldPath | None) -> str:
+    return f" (from {runtime.id})" if runtime is not None and own is None else ""
