@@ -82,14 +82,27 @@ def build(case: str, root: Path) -> Path:
     if spec:
         path = root / spec["path"]
         path.parent.mkdir(parents=True, exist_ok=True)
-        if spec["kind"] == "symlink-outside":
-            # A good service, but outside: had it been read, demo/outside would reconcile.
-            target = root.parent / "outside.yaml"
-            target.write_text(_service("outside"), encoding="utf-8")
-            path.symlink_to(target)
-        else:
-            path.write_bytes(generated(spec["kind"]))
+        make_special(spec["kind"], path, root)
     return root
+
+
+def make_special(kind: str, path: Path, root: Path) -> None:
+    """A generated file: links, folders, or bytes from ``generated``."""
+    if kind == "symlink-outside":
+        # A good service, but outside: had it been read, demo/outside would reconcile.
+        target = root.parent / "outside.yaml"
+        target.write_text(_service("outside"), encoding="utf-8")
+        path.symlink_to(target)
+    elif kind == "symlink-zero":
+        path.symlink_to("/dev/zero")  # never ends: read whole, it fills the memory
+    elif kind == "symlink-broken":
+        path.symlink_to("gone.yaml")
+    elif kind == "symlink-loop":
+        path.symlink_to(path.name)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(generated(kind))
 
 
 def snapshot(root: Path) -> dict[str, str]:

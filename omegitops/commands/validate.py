@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
                  "line": s.line}
                 for s in loaded.repo.skipped
             ],
+            "skippedFiles": [{"path": f.path, "reason": f.reason}
+                             for f in loaded.repo.skipped_files],
             "errors": [e.to_dict() for e in result.errors],
             "warnings": [e.to_dict() for e in result.warnings],
         })
@@ -72,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         f"({services} InferenceServices, {len(valid) - services} runtimes), "
         f"{len(result.errors)} errors, {len(result.warnings)} warnings, "
         f"{len(loaded.repo.skipped)} skipped"
+        + (f", {len(loaded.repo.skipped_files)} files not read"
+           if loaded.repo.skipped_files else "")
     )
     print(f"operator values: {loaded.values_path or 'none (nothing set by the operator)'}")
     if valid:
@@ -86,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
         rows = [(f"{s.kind} {s.name}".strip(), s.api_version, f"{s.path}:{s.line}")
                 for s in loaded.repo.skipped]
         print(_indent(table(("OBJECT", "API VERSION", "FILE"), rows)))
+    if loaded.repo.skipped_files:
+        print("\nfiles not read:")
+        for skipped in loaded.repo.skipped_files:
+            print(f"  {skipped.path}: {skipped.reason}")
     if result.warnings:
         print("\nwarnings (nothing omegitops manages depends on these):")
         for warning in result.warnings:

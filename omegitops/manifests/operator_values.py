@@ -7,9 +7,15 @@ from pathlib import Path
 
 from omegitops.errors import OperatorConfigError
 from omegitops.lifecycle.operator import OperatorSettings, parse_operator_values
-from omegitops.manifests.repository import DEFAULT_VALUES_FILE, format_path
+from omegitops.manifests.repository import DEFAULT_VALUES_FILE, format_path, outside
 from omegitops.manifests.schemas import validator
-from omegitops.manifests.yamlfile import Document, YamlError, load_documents, load_text
+from omegitops.manifests.yamlfile import (
+    Document,
+    YamlError,
+    load_documents,
+    load_text,
+    read_limited,
+)
 
 # parse_operator_values names the setting first: "invalid deploy config, <name> ..."
 _SETTING = re.compile(r"^invalid deploy config, ([A-Za-z0-9_.]+)")
@@ -29,10 +35,18 @@ def read_operator_values(
     if not path.is_absolute() and explicit and not path.exists():
         path = Path(root) / values_file
     if not path.exists():
+        if path.is_symlink():
+            raise OperatorConfigError(f"{_shown(path, root)}: symbolic link to a file that "
+                                      "does not exist")
         if explicit:
             raise OperatorConfigError(f"{values_file}: operator values file not found")
         return OperatorSettings(), None
     shown = _shown(path, root)
+    if _leaves(path, root):
+        # Its content would be echoed in errors, and from there into a pull request's
+        # comment: a link in the repository is no way to read a file nobody reviewed.
+        raise OperatorConfigError(f"{shown}: symbolic link to a file outside the "
+                                  "repository; not read")
     doc = _load(path, shown)
     data = doc.data if doc else None
     if data is not None:
@@ -55,18 +69,30 @@ def read_operator_values(
 
 
 def _shown(path: Path, root: Path) -> str:
-    try:
-        return path.resolve().relative_to(Path(root).resolve()).as_posix()
-    except ValueError:
-        return str(path)
+    """The path as the repository names it (never where a link leads)."""
+    for candidate, base in ((path.absolute(), Path(root).absolute()),
+                            (path.parent.resolve() / path.name, Path(root).resolve())):
+        if candidate.is_relative_to(base):
+            return candidate.relative_to(base).as_posix()
+    return str(path)
+
+
+def _leaves(path: Path, root: Path) -> bool:
+    """Whether a values file inside the repository leads out of it through a link. One
+    named outside the repository (a mounted Secret, say) is the operator's own choice."""
+    if not path.absolute().is_relative_to(Path(root).absolute()):
+        return False
+    return outside(path, Path(root))
 
 
 def _load(path: Path, shown: str) -> Document | None:
     try:
-        documents = list(load_documents(load_text(path.read_bytes())))
+        documents = list(load_documents(load_text(read_limited(path))))
     except YamlError as err:
         where = f"{shown}:{err.line}" if err.line else shown
         raise OperatorConfigError(f"{where}: {err.message}") from None
+    except OSError as err:
+        raise OperatorConfigError(f"{shown}: cannot read: {err.strerror}") from None
     if len(documents) > 1:
         raise OperatorConfigError(f"{shown}: a values file holds one YAML document, "
                                   f"found {len(documents)}")
