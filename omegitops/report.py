@@ -339,6 +339,33 @@ def write_atomic(path: Path, text: str) -> bool:
     return True
 
 
+def report_dir_problem(report_dir: str | os.PathLike, base: Path | None = None) -> str | None:
+    """Why the report could not be written into ``report_dir``, or None; paths are
+    named relative to ``base`` when given (a clone's temporary folder means nothing).
+
+    Asked before the run touches the cluster: found only when the report is
+    written, a file where the folder should be failed the run after the
+    reconcile was applied, and on every run after it.
+    """
+    target = Path(report_dir)
+
+    def shown(path: Path) -> str:
+        return path.relative_to(base).as_posix() if base and path.is_relative_to(base) \
+            else str(path)
+
+    for folder in (target, *target.parents):
+        if base is not None and not folder.is_relative_to(base):
+            break
+        if folder.exists() or folder.is_symlink():
+            if not folder.is_dir():
+                return f"{shown(folder)} is a file, not a folder"
+            break
+    for name in (JSON_FILE, MARKDOWN_FILE):
+        if (target / name).is_dir():
+            return f"{shown(target / name)} is a folder, not a file"
+    return None
+
+
 def write_report(report_dir: str | os.PathLike, loaded: Loaded, cluster: Any,
                  repository: str | None = None) -> dict:
     """List what the report needs, build, validate and write it; returns the report."""

@@ -417,8 +417,9 @@ def test_a_concurrent_report_change_is_resolved_by_re_rendering(tmp_path, remote
         (folder / "status.json").write_text(json.dumps(ours, indent=2) + "\n")
         (folder / "STATUS.md").write_text("# ours\n")
         record = commit_report(found.git, Path("status"), Author("omegitops", "o@localhost"))
+        their_report = {**REPORT, "summary": {"text": "theirs"}}
         theirs = push_files(tmp_path, remote, {
-            "status/status.json": json.dumps({**REPORT, "summary": {"text": "theirs"}}),
+            "status/status.json": json.dumps(their_report),
             "status/STATUS.md": "# theirs\n", "status/NOTES.md": "kept\n"}, "their report")
         push_report(found, record, backoff=0)
     head, parent = history(remote)[:2]
@@ -426,7 +427,8 @@ def test_a_concurrent_report_change_is_resolved_by_re_rendering(tmp_path, remote
     assert json.loads(remote_file(remote, "status/status.json")) == ours
     assert remote_file(remote, "status/STATUS.md") == b"# ours\n"
     assert remote_file(remote, "status/NOTES.md") == b"kept\n", "their other files stay"
-    assert head.message == record.message
+    # Told against the report it lands on, not the one it was made on.
+    assert head.message == commit_message(their_report, ours) != record.message
     assert_linear(remote)
 
 
@@ -520,3 +522,51 @@ def test_in_place_push_goes_to_the_tracking_branch(cli, tmp_path, remote):
     code, _, err = run_reconcile(cli, tmp_path, str(tmp_path / "local"), "--until-idle",
                                  "--commit", "--push")
     assert code == 1 and "detached HEAD" in err and "nothing is lost" in err
+
+
+# -- what reconcile trips on in the repository and the URL ------------------------------------
+
+
+def test_percent_encoded_credentials_are_decoded():
+    """A URL's user part is percent-encoded: the helper must hand git the real password."""
+    clean, found = resolve("https://b%6Ft:p%40ss%2Fword@git.example.com/x.git", {})
+    assert clean == "https://git.example.com/x.git"
+    assert (found.username, found.password) == ("bot", "p@ss/word")
+    assert redact("https://bot:p%40ss%2Fword@h/x.git") == "https://***@h/x.git"
+
+
+def test_a_report_folder_replaced_by_a_file_is_refused_before_the_reconcile(cli, tmp_path):
+    url = make_remote(tmp_path, {**example_files(), "status": "someone's notes\n"})
+    code, _, err = run_reconcile(cli, tmp_path, url, "--commit", "--push")
+    assert code == 1 and "Traceback" not in err
+    assert ("omegitops: error: the report cannot be written: status is a file, not a folder "
+            "in the repository; nothing was reconciled") in err
+    assert "omegitops-" not in err, "the clone's temporary path is named"
+    assert not (tmp_path / "cluster.json").exists(), "the reconcile ran"
+    assert len(history(url)) == 1
+
+
+def test_a_local_report_folder_that_is_a_file_is_refused_first(cli, tmp_path):
+    (tmp_path / "report").write_text("not a folder\n")
+    code, _, err = run_reconcile(cli, tmp_path, str(EXAMPLES), "--report-dir",
+                                 str(tmp_path / "report"))
+    assert code == 1
+    assert f"{tmp_path / 'report'} is a file, not a folder; nothing was reconciled" in err
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_after_a_rebase_the_message_is_told_against_the_new_parent(cli, tmp_path, remote,
+                                                                  monkeypatch):
+    """The clone had no report, so its message was "first status report"; another run's
+    report landed first, and the commit on top of it changes that one."""
+    theirs = {**REPORT, "summary": {"text": "theirs"}}
+    someone_pushes_first(monkeypatch, tmp_path, remote, {
+        "status/status.json": (json.dumps(theirs, indent=2) + "\n").encode(),
+        "status/STATUS.md": b"# theirs\n"})
+    code, _, err = run_reconcile(cli, tmp_path, remote, "--commit", "--push")
+    assert code == 0, err
+    head = history(remote)[0]
+    ours = json.loads(remote_file(remote, "status/status.json"))
+    assert head.message == commit_message(theirs, ours)
+    assert head.message.startswith("omegitops: 7 components moved (")
+    assert_linear(remote)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.errors import LeaseLost, LockHeld
 from omegitops.commands.common import add_repo_args, print_errors
 from omegitops.commands.get import replica_table
-from omegitops.errors import UsageError
+from omegitops.errors import InputError, UsageError
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout, commit_report, push_report
 from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         print_errors(loaded.result.errors)
         items = resolved_components(loaded)
         report_dir = repo.root / folder if folder else args.report_dir
+        _check_report_dir(report_dir, repo.root if folder else None)
         try:
             code = _reconcile(args, loaded, items, report_dir, repo.shown)
         except LockHeld as err:
@@ -82,6 +84,22 @@ def run(args: argparse.Namespace) -> int:
             if commit is not None and args.push:
                 push_report(repo, commit)
     return code
+
+
+def _check_report_dir(report_dir, root: Path | None) -> None:
+    """Refuse a report folder that cannot be written before anything is reconciled.
+    Under --commit, paths are named as the repository names them (``root``: its top),
+    never by the clone's temporary path."""
+    if not report_dir:
+        return
+    from omegitops.report import report_dir_problem
+
+    problem = report_dir_problem(report_dir, root)
+    if problem is None:
+        return
+    where = " in the repository" if root is not None else ""
+    raise InputError(f"the report cannot be written: {problem}{where}; nothing was "
+                     "reconciled (remove it, or choose another --report-dir)")
 
 
 def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: str) -> int:

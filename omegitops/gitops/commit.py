@@ -65,8 +65,8 @@ def commit_report(git: Git, folder: PurePosixPath, author: Author) -> ReportComm
     Only ``folder`` is staged and committed (``git commit -- folder``): any
     other change in the work tree, staged or not, is left as it was.
     """
-    new = _read_json((git.worktree / folder / JSON_FILE).read_bytes())
-    old = _read_json(committed_file(git, "HEAD", folder / JSON_FILE))
+    new = read_json((git.worktree / folder / JSON_FILE).read_bytes())
+    old = read_json(committed_file(git, "HEAD", folder / JSON_FILE))
     names = (JSON_FILE, MARKDOWN_FILE)
     if old is not None and new is not None and content_key(old) == content_key(new):
         _restore(git, folder, names)
@@ -83,11 +83,12 @@ def commit_report(git: Git, folder: PurePosixPath, author: Author) -> ReportComm
 
 def record(git: Git, folder: PurePosixPath, message: str, author: Author,
            amend: bool = False) -> None:
-    """Commit what is staged under ``folder`` and nothing else."""
+    """Commit what is staged under ``folder`` and nothing else (``amend``: into HEAD,
+    whose message becomes ``message``)."""
     # The report is machine-written: hooks meant for people's commits must not block it.
     args = [*author.config(), "commit", "--quiet", "--no-verify", f"--author={author}"]
-    args += ["--amend", "--no-edit"] if amend else ["--message", message]
-    git(*args, "--", str(folder))
+    args += ["--amend"] if amend else []
+    git(*args, "--message", message, "--", str(folder))
 
 
 def committed_file(git: Git, rev: str, path: PurePosixPath) -> bytes | None:
@@ -95,7 +96,7 @@ def committed_file(git: Git, rev: str, path: PurePosixPath) -> bytes | None:
     return git.read(rev, path.as_posix())
 
 
-def _read_json(data: bytes | None) -> dict | None:
+def read_json(data: bytes | None) -> dict | None:
     if data is None:
         return None
     try:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 # GitHub accepts any user name with a token; this one is what its docs use.
 DEFAULT_USERNAME = "x-access-token"
@@ -80,7 +80,10 @@ def split_url(url: str) -> tuple[str, str | None, str | None]:
         return url, None, None
     userinfo, host = parts.netloc.rsplit("@", 1)
     username, colon, password = userinfo.partition(":")
-    return urlunsplit(parts._replace(netloc=host)), username or None, password if colon else None
+    # A URL's user part is percent-encoded (RFC 3986): "p%40ss%2Fword" is the password
+    # "p@ss/word", which is what the helper must hand git.
+    return (urlunsplit(parts._replace(netloc=host)), unquote(username) or None,
+            unquote(password) if colon else None)
 
 
 def resolve(url: str, environ: Mapping[str, str] | None = None) -> tuple[str, Credentials | None]:

@@ -15,13 +15,20 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from omegitops.gitops.commit import ReportCommit, committed_file, record
+from omegitops.gitops.commit import (
+    ReportCommit,
+    commit_message,
+    committed_file,
+    read_json,
+    record,
+)
 from omegitops.gitops.credentials import redact
 from omegitops.gitops.gitcmd import Git, GitError, one_line
 from omegitops.gitops.repo import Checkout
+from omegitops.report import JSON_FILE
 
 log = logging.getLogger("omegitops")
 
@@ -62,7 +69,7 @@ def push_report(checkout: Checkout, commit: ReportCommit, retries: int | None = 
             log.info("the remote moved; putting the report on top of it (retry %d of %d)",
                      attempt, retries)
             sleep(backoff * attempt)
-            _catch_up(git, target, commit)
+            commit = _catch_up(git, target, commit)
         pushed, moved, reason = _push_once(git, target)
         if pushed:
             log.info("pushed the status report to %s", target)
@@ -105,13 +112,33 @@ def _push_once(git: Git, target: Target) -> tuple[bool, bool, str]:
     return False, moved, git.scrub(detail or f"git push exited {status}")
 
 
-def _catch_up(git: Git, target: Target, commit: ReportCommit) -> None:
-    """Fetch the remote branch and put the local commits, report last, on top of it."""
+def _catch_up(git: Git, target: Target, commit: ReportCommit) -> ReportCommit:
+    """Fetch the remote branch and put the local commits, report last, on top of it;
+    the report commit as it now is."""
     git("fetch", "--quiet", "--no-tags", target.remote, f"refs/heads/{target.branch}",
         network=True)
     upstream = git("rev-parse", "FETCH_HEAD").strip()
     _rebase(git, upstream, commit)
     _ensure_report(git, upstream, commit)
+    return _retell(git, commit)
+
+
+def _retell(git: Git, commit: ReportCommit) -> ReportCommit:
+    """Say what moved against the parent the report commit lands on.
+
+    Its message was written against the report of the commit it was made on; on
+    top of a remote that moved (another run's report pushed meanwhile, say), what
+    this commit changes is the difference from the report there.
+    """
+    if git("log", "-1", "--format=%B", "HEAD").strip() != commit.message.strip():
+        return commit  # the rebase dropped it: the remote has this report already
+    parent = read_json(committed_file(git, "HEAD^", commit.folder / JSON_FILE))
+    message = commit_message(parent, read_json(commit.files.get(JSON_FILE)) or {})
+    if message == commit.message:
+        return commit
+    record(git, commit.folder, message, commit.author, amend=True)
+    log.info("the report commit now reads: %s", message.splitlines()[0])
+    return replace(commit, sha=git("rev-parse", "HEAD").strip(), message=message)
 
 
 def _rebase(git: Git, upstream: str, commit: ReportCommit) -> None:
