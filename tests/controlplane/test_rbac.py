@@ -26,7 +26,7 @@ import pytest
 import yaml
 from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES
 from kubernetes import client as k8s
-from test_job import EXAMPLES, example_namespaces, run_job
+from test_job import EXAMPLES, LEASE, example_namespaces, run_job
 
 REQUIREMENTS = PIPELINES / "rbac-requirements.yaml"
 
@@ -102,6 +102,8 @@ def audited(ome_crds, tmp_path):
                         .replace("minReadySeconds: 900", "minReadySeconds: 1"))
     cp.apply_files(sorted((repo / "runtimes").glob("*.yaml"))
                    + sorted((repo / "services").rglob("*.yaml")), validation="Ignore")
+    # As on the job's first run ever: the Lease does not exist yet, and is created.
+    cp.delete(*LEASE)
     start = cp.audit_offset()
 
     def run(*args: str) -> str:
