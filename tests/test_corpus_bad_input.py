@@ -10,7 +10,7 @@ one good OMENative service, demo/good). Its ``expect.yaml`` says:
   meaningful, as for a binary file) and a substring of its message;
 - ``operator``: an invalid operator setting, which must stop the run before
   anything is written, so the simulated cluster is never even created;
-- ``generate``: a file made at test time (huge, binary, UTF-16, ...), so that
+- ``generate``: a file made at test time (huge, binary, UTF-16, a link, ...), so that
   the repository holds no megabytes and no bytes that editors or git mangle;
 - ``output``: more text ``validate`` must print; ``reconciled``: replicas that
   must exist after ``reconcile`` besides the good service's.
