@@ -123,12 +123,16 @@ def _count_errors(service: Manifest, runtime: Manifest | None,
             "the component could never run its minimum"))]
     pods = 1 + lifecycle.worker_size if lifecycle.shape == GANG else 1
     if lifecycle.replicas * pods > MAX_CLUSTER_PODS:
-        where = low_path or ("spec", component, "minReplicas")
+        # Point at the factor that is out of reach by itself: a worker count, or the replicas.
+        _, size_path = _effective(service, runtime, component, ("worker", "size"))
+        where = (size_path if pods > MAX_CLUSTER_PODS else low_path) or \
+            ("spec", component, "worker" if pods > MAX_CLUSTER_PODS else "minReplicas")
+        count = "1 Instance" if lifecycle.replicas == 1 else f"{lifecycle.replicas} Instances"
         shape = f"of {pods} pods" if pods > 1 else "of one pod"
+        verb = "needs" if lifecycle.replicas == 1 else "need"
         return [service.error(where, (
-            f"{lifecycle.replicas} Instances {shape} need {lifecycle.replicas * pods} pods, "
-            f"more than a Kubernetes cluster can run (at most {MAX_CLUSTER_PODS} pods)"
-            f"{_from(runtime, low_path)}"))]
+            f"{count} {shape} {verb} {lifecycle.replicas * pods} pods, more than a Kubernetes "
+            f"cluster can run (at most {MAX_CLUSTER_PODS} pods)"))]
     return []
 
 
