@@ -151,10 +151,15 @@ def format_path(path: tuple[str | int, ...]) -> str:
     return out
 
 
-def manifest_files(root: Path, values_file: str = DEFAULT_VALUES_FILE
-                   ) -> tuple[list[Path], list[SkippedFile]]:
-    """Every YAML file under ``root`` except the operator values file, sorted, and the
-    files that look like manifests but are not read, with why."""
+def manifest_files(root: Path, values_file: str = DEFAULT_VALUES_FILE) -> list[Path]:
+    """Every YAML file under ``root`` except the operator values file, sorted."""
+    return walk(root, values_file)[0]
+
+
+def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
+         ) -> tuple[list[Path], list[SkippedFile]]:
+    """The YAML files ``manifest_files`` lists, and the files that look like manifests
+    but are not read, with why."""
     found, skipped = [], []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
@@ -191,7 +196,7 @@ def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE) -> Repos
     if not root.is_dir():
         repo.errors.append(ManifestError(str(root), None, "repository folder does not exist"))
         return repo
-    files, repo.skipped_files = manifest_files(root, values_file)
+    files, repo.skipped_files = walk(root, values_file)
     for path in files:
         repo.files += 1
         _read_file(repo, path)
