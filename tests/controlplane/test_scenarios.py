@@ -57,10 +57,12 @@ class Twin:
         step(self.kube)
         step(self.sim)
 
-    def assert_same_history(self):
+    def assert_same_history(self, indices=None):
         kube, sim = self.kube.history.by_instance, self.sim_history.by_instance
-        kube = {key[1]: states for key, states in kube.items()}
-        sim = {key[1]: states for key, states in sim.items()}
+        kube = {key[1]: states for key, states in kube.items()
+                if indices is None or key[1] in indices}
+        sim = {key[1]: states for key, states in sim.items()
+               if indices is None or key[1] in indices}
         assert kube == sim, f"control plane {kube}\n!= sim: {sim}"
 
     def close(self):
@@ -223,4 +225,6 @@ def test_a_lost_node_takes_its_instance_out_of_service_until_the_node_is_removed
     t.both(until(settled(), seconds=240))
     [row0] = [r for r in t.kube.rows(NAME) if r["index"] == 0]
     assert row0["incarnation"] == 2
-    t.assert_same_history()
+    # Instance 1 may or may not have shared the lost node: kube-scheduler spreads pods
+    # (LeastAllocated), where the simulated scheduler fills nodes first-fit.
+    t.assert_same_history(indices={0})
