@@ -172,8 +172,13 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
             result.orphans.append(f"{key[0]}/{key[1]}")
             continue
         observed = seen.component(*owner)
-        result.plans.append((None, plan_component(teardown_desired(replica, observed),
-                                                  observed, now)))
+        try:
+            plan = plan_component(teardown_desired(replica, observed), observed, now)
+        except Exception as err:  # noqa: BLE001 - one component's failure stays its own
+            result.errors.append(f"{key[0]}/{key[1]}: teardown not planned, "
+                                 f"{type(err).__name__}: {err}")
+            continue
+        result.plans.append((None, plan))
     return result
 
 

@@ -119,3 +119,23 @@ def test_objects_not_labelled_as_managed_are_never_touched(tmp_path, cli):
     code, _, err = reconcile(cli, repo, cluster, "--prune")
     assert code == 0, err
     assert "llama-chat-engine-0-default-9" in state(cluster)["pods"]
+
+
+def test_a_gang_torn_down_after_losing_a_pod_and_its_revision_is_not_rebuilt(tmp_path, cli):
+    """A removed gang whose ControllerRevision was deleted (a namespace on its way out, a
+    person) and which lost a pod: the teardown deletes what is left and rebuilds nothing
+    (a restart would need the templates that are gone)."""
+    repo, cluster = setup(tmp_path, cli)
+    (repo / "services" / "deepseek-r1" / "deepseek-r1.yaml").unlink()
+    with SimCluster(cluster) as sim:
+        for revision in sim.list_objects("ControllerRevision"):
+            if revision["metadata"]["namespace"] == "deepseek-r1":
+                sim.delete_object("ControllerRevision", "deepseek-r1",
+                                  revision["metadata"]["name"])
+        sim.delete_pod("deepseek-r1", "deepseek-r1-engine-0-worker-0", 0)
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 0, err
+    after = state(cluster)
+    assert not [p for p in after["pods"] if p.startswith("deepseek-r1-")]
+    assert "deepseek-r1-engine" not in after["ireps"]
+    assert "RestartTriggered" not in [e for e in after["events"]]

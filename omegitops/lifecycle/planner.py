@@ -104,7 +104,10 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             work.moved.add(index)
         if _step(work, row) == GONE:
             del work.rows[index]
-    plan_repairs(work)
+    if not desired.teardown:
+        # An Instance on its way out is not repaired: the teardown removes it whole, and a
+        # torn-down component may have lost the templates a rebuild would need.
+        plan_repairs(work)
     _scale(work)
     rollout = plan_rollout(work, previous.get("rolloutHold"))
     replica = _replica(work, rollout)

@@ -197,8 +197,14 @@ def test_an_expired_lease_is_taken_over_and_released(control_plane, job_namespac
 # -- --prune ------------------------------------------------------------------------------
 
 
-def test_prune_tears_down_a_service_the_repository_no_longer_has(control_plane, job_namespace, tmp_path):
+def test_prune_tears_down_a_service_the_repository_no_longer_has(control_plane, job_namespace,
+                                                                 tmp_path):
     cp, ns = control_plane, job_namespace
+    # --prune tears down every managed component the repository lacks, in the whole
+    # cluster: let the namespaces of earlier tests finish going first.
+    cp.wait_for(lambda: all(r["metadata"]["namespace"] == ns
+                            for r in cp.list("ome.io/v1beta1", "InferenceReplica")), 180,
+                "earlier tests' InferenceReplicas gone")
     repo = small_repo(tmp_path, ns, names=("keep", "gone"))
     done = run_job(cp, reconcile_argv(repo), tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
