@@ -172,7 +172,8 @@ def job_namespace(control_plane):
     cp.delete("v1", "Namespace", None, namespace)
 
 
-def test_a_run_held_by_another_does_nothing_and_names_the_holder(control_plane, job_namespace, tmp_path):
+def test_a_run_held_by_another_does_nothing_and_names_the_holder(control_plane, job_namespace,
+                                                                 tmp_path):
     cp, ns = control_plane, job_namespace
     put_lease(cp, "other-job-7d9f/1", renewed_seconds_ago=5)
     done = run_job(cp, reconcile_argv(small_repo(tmp_path, ns)), tmp_path)
