@@ -12,6 +12,7 @@ absent), the InferenceReplica CRD and the RBAC of ``pipelines/``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -76,6 +77,20 @@ def control_plane(tmp_path_factory):
         cp.apply_file(PIPELINES / "rbac.yaml")
         cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
         yield cp
+
+
+_namespaces = itertools.count()
+
+
+@pytest.fixture
+def namespace(control_plane):
+    """A namespace of the test's own, with its default ServiceAccount (which pods need),
+    deleted after the test; each test gets a new name, as a deleted one takes a while
+    to go."""
+    name = f"cp-ns-{next(_namespaces)}"
+    control_plane.create_namespace(name, wait=True)
+    yield name
+    control_plane.delete("v1", "Namespace", None, name)
 
 
 @pytest.fixture

@@ -370,12 +370,17 @@ class ControlPlane:
         k8s.CoreV1Api(self.admin).patch_namespaced_pod(
             pod, namespace, {"metadata": {"annotations": {FAULT_ANNOTATION: kind}}})
 
-    def create_namespace(self, name: str) -> None:
+    def create_namespace(self, name: str, wait: bool = False) -> None:
+        """Create the namespace (if absent); with ``wait``, until the controller-manager
+        has made its default ServiceAccount, which pods need and a cluster in use has."""
         try:
             k8s.CoreV1Api(self.admin).create_namespace({"metadata": {"name": name}})
         except k8s.ApiException as err:
             if err.status != 409:
                 raise
+        if wait:
+            self.wait_for(lambda: self.get("v1", "ServiceAccount", name, "default"), 30,
+                          f"the default ServiceAccount of {name}")
 
     def apply(self, obj: dict, *, dry_run: bool = False, validation: str = "Strict") -> dict:
         """Server-side apply of one object, as ``kubectl apply --server-side``: an unknown

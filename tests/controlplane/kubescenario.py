@@ -83,17 +83,10 @@ class KubeScenario:
         self.watches: list = []
         self.removed_nodes: list[str] = []
         for namespace in namespaces:
-            cp.create_namespace(namespace)
-        # Pods need the namespace's default ServiceAccount, which the controller-manager
-        # makes a moment after the namespace: a cluster in use has long had it.
-        cp.wait_for(lambda: all(self._has_default_account(ns) for ns in namespaces), 30,
-                    "default ServiceAccounts")
+            cp.create_namespace(namespace, wait=True)
         self.job = KubeCluster(api_client=k8s_config.new_client_from_config(
             str(cp.job_kubeconfig)), lease=False)
         self.admin = NamespaceView(KubeCluster(api_client=cp.admin, lease=False), namespaces)
-
-    def _has_default_account(self, namespace: str) -> bool:
-        return bool(self.cp.get("v1", "ServiceAccount", namespace, "default"))
 
     def close(self) -> None:
         self.job.api_client.close()

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import subprocess
 import sys
@@ -79,9 +78,7 @@ def examples_in_cluster(ome_crds, tmp_path):
     with OME installed and the repository synced has them."""
     cp = ome_crds
     for namespace in example_namespaces():
-        cp.create_namespace(namespace)
-    cp.wait_for(lambda: all(cp.get("v1", "ServiceAccount", ns, "default")
-                            for ns in example_namespaces()), 30, "default ServiceAccounts")
+        cp.create_namespace(namespace, wait=True)
     # OME 1.2's CRDs predate the OMENative fields (spec.*.lifecycle): the API server
     # drops them, as it does on such a cluster; omegitops reads them from Git.
     cp.apply_files(sorted((EXAMPLES / "runtimes").glob("*.yaml"))
@@ -156,20 +153,11 @@ def put_lease(cp, holder: str, renewed_seconds_ago: int) -> None:
                        "acquireTime": stamp, "renewTime": stamp}})
 
 
-_runs = itertools.count()
-
-
 @pytest.fixture
-def job_namespace(control_plane):
-    """A namespace of its own for each test (a deleted one takes a while to go)."""
-    cp = control_plane
-    namespace = f"cp-job-{next(_runs)}"
-    cp.create_namespace(namespace)
-    cp.wait_for(lambda: cp.get("v1", "ServiceAccount", namespace, "default"), 30,
-                "default ServiceAccount")
+def job_namespace(namespace, control_plane):
+    """The test's namespace; the Lease goes with it."""
     yield namespace
-    cp.delete(*LEASE)
-    cp.delete("v1", "Namespace", None, namespace)
+    control_plane.delete(*LEASE)
 
 
 def test_a_run_held_by_another_does_nothing_and_names_the_holder(control_plane, job_namespace,

@@ -60,9 +60,7 @@ def new_namespace(control_plane):
 
     def make() -> str:
         name = f"cp-kube-{next(_namespaces)}"
-        cp.create_namespace(name)
-        cp.wait_for(lambda: cp.get("v1", "ServiceAccount", name, "default"), 30,
-                    "default ServiceAccount")
+        cp.create_namespace(name, wait=True)
         made.append(name)
         return name
 

@@ -91,9 +91,7 @@ def audited(ome_crds, tmp_path):
     """Run the scenario; returns the audit events of every request the account made."""
     cp = ome_crds
     for namespace in example_namespaces():
-        cp.create_namespace(namespace)
-    cp.wait_for(lambda: all(cp.get("v1", "ServiceAccount", ns, "default")
-                            for ns in example_namespaces()), 30, "default ServiceAccounts")
+        cp.create_namespace(namespace, wait=True)
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLES, repo)
     for path in repo.rglob("*.yaml"):  # warm-up windows of seconds, not 15-20 minutes

@@ -3,7 +3,6 @@ user of the scheduled job met, run as the job runs, as the ``omegitops`` Service
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
@@ -21,20 +20,6 @@ from omegitops.lifecycle import pods as P
 from tests.fleet import strategy, write_service
 
 NAME = "svc-engine"
-_namespaces = itertools.count()
-
-
-@pytest.fixture
-def namespace(control_plane):
-    cp = control_plane
-    name = f"cp-path-{next(_namespaces)}"
-    cp.create_namespace(name)
-    cp.wait_for(lambda: cp.get("v1", "ServiceAccount", name, "default"), 30,
-                "default ServiceAccount")
-    yield name
-    cp.delete("v1", "Namespace", None, name)
-
-
 def pods_of(cp, namespace: str) -> list[dict]:
     return sorted(cp.list("v1", "Pod", namespace), key=lambda p: p["metadata"]["name"])
 
