@@ -68,8 +68,6 @@ def control_plane(tmp_path_factory):
         if OME_CRDS.is_dir():
             cp.apply_files(sorted(OME_CRDS.glob("*.yaml")))
             cp.ome_crds = True
-        else:
-            cp.ome_crds = False
         cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml",
                         module_dir(SCHEDULER_PLUGINS) / "config" / "crd" / "bases"
                         / "scheduling.x-k8s.io_podgroups.yaml"])

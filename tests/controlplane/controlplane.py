@@ -98,6 +98,10 @@ class ControlPlane:
     bin_dir: Path
     workdir: Path
     processes: dict[str, Process] = field(default_factory=dict)
+    # Set by the session fixture: whether OME's CRDs are installed, and the job's
+    # ServiceAccount kubeconfig.
+    ome_crds: bool = False
+    job_kubeconfig: Path | None = None
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

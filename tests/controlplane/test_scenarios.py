@@ -52,6 +52,11 @@ class Twin:
         self.service = {**self.service, **more}
         self.write(**self.service)
 
+    def watch(self, check):
+        """Run ``check(scenario)`` after every pass, on both backends."""
+        self.kube.watches.append(check)
+        self.sim.watches.append(check)
+
     def both(self, step):
         """Run ``step(scenario)`` on the control plane, then on sim:."""
         step(self.kube)
@@ -124,8 +129,7 @@ def test_surge_then_drain_rollout_of_single_pods(twin):
     t = twin(replicas=2, grace=2,
              lifecycle=strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0))
     t.both(until(settled()))
-    t.kube.watches.append(serving_never_below(2))
-    t.sim.watches.append(serving_never_below(2))
+    t.watch(serving_never_below(2))
     t.change(image="sglang:v2")
     t.both(until(settled()))
     names = sorted(p["metadata"]["name"] for p in t.kube.pods())
@@ -138,8 +142,7 @@ def test_surge_then_drain_rollout_of_a_gang(twin):
     t = twin(replicas=1, workers=1, grace=2,
              lifecycle=strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0))
     t.both(until(settled()))
-    t.kube.watches.append(serving_never_below(1))
-    t.sim.watches.append(serving_never_below(1))
+    t.watch(serving_never_below(1))
     t.change(image="sglang:v2")
     t.both(until(settled()))
     # The replacement gang started at a new index; the old one is gone.
@@ -188,8 +191,7 @@ def test_an_unschedulable_surge_fails_after_the_grace_and_the_old_pod_serves(twi
     life = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
     t = twin(replicas=1, grace=1, values=values, lifecycle=life)
     t.both(until(settled()))
-    t.kube.watches.append(serving_never_below(1))
-    t.sim.watches.append(serving_never_below(1))
+    t.watch(serving_never_below(1))
     t.both(lambda s: s.fault("unschedulable"))
     try:
         t.change(image="sglang:v2")
