@@ -44,10 +44,11 @@ from hypothesis import strategies as st
 
 from omegitops.cluster.errors import Transient
 from omegitops.cluster.sim import SimCluster
+from omegitops.lifecycle import pods as P
 from omegitops.reconcile import run_pass
 from tests.chaos import Campaign, Service
 from tests.fleet import strategy, write_service
-from tests.scenario import Scenario
+from tests.scenario import KillAfter, Scenario
 
 EXAMPLES = int(os.environ.get("OMEGITOPS_CAMPAIGN_EXAMPLES", "30"))
 MAX_PASSES = int(os.environ.get("OMEGITOPS_CAMPAIGN_PASSES", "300"))
@@ -360,3 +361,60 @@ def test_a_failed_list_aborts_the_pass_before_any_write(tmp_path, kind):
     assert result.errors == ["observing the cluster: list_pods: 500 (injected)"] or (
         result.errors[0].startswith("observing the cluster: list_objects: 500"))
     assert result.busy  # --until-idle looks again rather than stopping as if done
+
+
+def _at_step(scenario: Scenario, step: str) -> None:
+    scenario.until(lambda s: _step(s) == step)
+
+
+def _gates(scenario: Scenario) -> dict[str, bool]:
+    return {p["metadata"]["name"]: P.gate_set(p) for p in scenario.pods(NAME)
+            if not P.is_terminating(p) and not P.has_ended(p)}
+
+
+def test_a_gang_recycling_a_pod_is_taken_out_of_rotation_even_when_that_pass_is_cut(tmp_path):
+    """Campaign seed 3 at 80 examples: a gang in its Create's WaitAvailable loses a
+    worker; the pass that recycles it is killed after the InferenceReplica write, and
+    the leader kept its gate through CreatePods (the gang partly in rotation)."""
+    repo = tmp_path / "repo"
+    write_service(repo, replicas=1, workers=1, lifecycle={"minReadySeconds": 600})
+    scenario = Scenario(tmp_path, repo)
+    _at_step(scenario, "WaitAvailable")
+    assert set(_gates(scenario).values()) == {True}
+    scenario.fault("evict", pod=f"{NAME}-0-worker-0")
+    scenario.advance(1)
+    scenario.run_pass(kill_after=2)
+    assert _step(scenario) == "CreatePods"
+    scenario.run_pass()
+    assert set(_gates(scenario).values()) == {False}, _gates(scenario)
+    scenario.until_idle()
+    assert scenario.rows(NAME)[0]["phase"] == "Ready"
+    assert set(_gates(scenario).values()) == {True}
+
+
+def test_a_failed_gang_leaves_rotation_whole_even_when_the_failing_pass_is_cut(tmp_path):
+    """A gang in its Create's WaitAvailable (in rotation) whose worker crash-loops
+    past the readiness deadline fails; that pass is killed after the leader's gate
+    write. The next pass takes the worker out too: a Failed Instance at rest is out
+    of rotation whole, not only in the pass that failed it."""
+    repo = tmp_path / "repo"
+    write_service(repo, replicas=1, workers=2, lifecycle={"minReadySeconds": 600},
+                  values={"lifecycle": {"instanceReadyTimeout": "2m"}})
+    scenario = Scenario(tmp_path, repo)
+    _at_step(scenario, "WaitAvailable")
+    assert set(_gates(scenario).values()) == {True}
+    scenario.fault("crash", pod=f"{NAME}-0-worker-1")
+    for _ in range(100):
+        scenario.advance(15)
+        with SimCluster(scenario.path) as cluster:
+            # Killed after the InferenceReplica and one gate; the scenario's invariants
+            # would (rightly) call the gang partly in rotation at this point.
+            run_pass(KillAfter(cluster, 3), scenario.items())
+        if scenario.rows(NAME)[0]["phase"] == "Failed":
+            break
+    else:
+        raise AssertionError("the Instance never failed")
+    assert len(set(_gates(scenario).values())) == 2, _gates(scenario)
+    scenario.run_pass()
+    assert set(_gates(scenario).values()) == {False}, _gates(scenario)
+    assert scenario.rows(NAME)[0]["phase"] == "Failed"

@@ -45,6 +45,7 @@ from omegitops.lifecycle.replica import API_VERSION, KIND, decode_rows, encode_r
 from omegitops.lifecycle.retries import may_start
 from omegitops.lifecycle.revisions import plan_revisions
 from omegitops.lifecycle.rollout import counts_toward_desired, plan_rollout
+from omegitops.lifecycle.rotation import converge_rotation
 from omegitops.lifecycle.services import plan_services
 from omegitops.lifecycle.status import component_status
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
@@ -110,6 +111,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
         plan_repairs(work)
     _scale(work)
     rollout = plan_rollout(work, previous.get("rolloutHold"))
+    converge_rotation(work)
     replica = _replica(work, rollout)
     removed = False
     if desired.teardown:

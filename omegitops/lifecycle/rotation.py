@@ -1,0 +1,60 @@
+"""Gates converge every pass, whatever the last pass managed to write.
+
+Steps put pods into rotation and take them out as they go, but a pass can be
+cut short between two gate writes, and the step it then recorded never writes
+the gate again. So after every step, each Instance's gates are brought to what
+its state says:
+
+- a Failed Instance is out of rotation until it is reset or rebuilt
+  (instances.txt); so is an Instance being deleted, and one being brought up
+  (re)created until its pods are all ready: Create, a whole-Instance Restart
+  and a Drain update before WaitAvailable (the step that reaches WaitAvailable
+  puts every pod in rotation in the same pass);
+- a gang is never left partly in rotation: when its pods' gates would differ,
+  none of them keeps it, and the step that admits it puts it back whole.
+
+Instances whose pods serve on through their operation (a surge source, an
+in-place update, a restart of one pod) are left to their steps, beyond the
+gang rule.
+"""
+
+from __future__ import annotations
+
+from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.actions import SetServing
+from omegitops.lifecycle.work import CREATE, DELETE, DRAIN, FAILED, RESTART, UPDATE, Work
+
+# The steps of a bring-up before its pods are admitted, and of a teardown.
+_OUT_STEPS = ("Unroute", "DeletePods", "WaitGone", "CreatePods", "WaitReady")
+
+
+def converge_rotation(work: Work) -> None:
+    planned = {a.name: a.serving for a in work.actions if isinstance(a, SetServing)}
+    for index, row in work.rows.items():
+        live = [p for p in work.groups.get(index, [])
+                if not P.is_terminating(p) and not P.has_ended(p)]
+        gates = {planned.get(p["metadata"]["name"], P.gate_set(p)) for p in live}
+        mixed = work.desired.gang and len(gates) > 1
+        if mixed or (True in gates and out_of_rotation(row)):
+            _take_out(work, live)
+
+
+def out_of_rotation(row: dict) -> bool:
+    """Whether the Instance's state says none of its pods serves."""
+    if row.get("phase") == FAILED:
+        return True
+    operation = row.get("operation") or {}
+    kind, step, mode = operation.get("type"), operation.get("step"), operation.get("mode")
+    if kind == DELETE:
+        return True
+    whole = kind == CREATE or (kind == RESTART and mode == "Instance") or (
+        kind == UPDATE and mode == DRAIN)
+    return whole and step in _OUT_STEPS
+
+
+def _take_out(work: Work, pods: list[dict]) -> None:
+    """Out of rotation, all of them: a gate write this pass planned the other way goes."""
+    names = {p["metadata"]["name"] for p in pods}
+    work.actions[:] = [a for a in work.actions
+                       if not (isinstance(a, SetServing) and a.name in names)]
+    work.route(pods, False)
