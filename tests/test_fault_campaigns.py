@@ -41,6 +41,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, note, seed, settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from omegitops.cluster.errors import Transient
 from omegitops.cluster.sim import SimCluster
@@ -166,8 +167,9 @@ def run_campaign(tmp: Path, plan: dict) -> Campaign:
         campaign.assert_converged()
         assert campaign.api_failures, "the API never failed: the campaign tested nothing"
     finally:
-        note("\n".join(campaign.log))
-        note(f"API failures: {dict(campaign.api_failures)}")
+        if currently_in_test_context():
+            note("\n".join(campaign.log))
+            note(f"API failures: {dict(campaign.api_failures)}")
     return campaign
 
 
@@ -205,21 +207,28 @@ def test_a_job_killed_between_any_two_writes_never_wedges_an_instance(svc, chang
         rng = random.Random(rng_seed)
         campaign = Campaign(Path(tmp), [svc], {}, rng, api_rate=0.0, kill_rate=0.5)
         try:
-            campaign.converge(max_passes=300, recoveries=0)
-            for what in changes:
-                if what == "scale":
-                    campaign.scale(svc, rng.randint(1, 4))
-                else:
-                    campaign.change_template(svc, what)
-                for _ in range(60):
-                    result = campaign.run_pass()
-                    if not result.busy and campaign.settled():
-                        break
-                    campaign.settle(result, cap=rng.choice((1.0, 10.0)))
-            campaign.converge(max_passes=300, recoveries=0)
-            campaign.assert_converged()
+            drive_killed(campaign, svc, changes, rng)
         finally:
             note("\n".join(campaign.log))
+
+
+def drive_killed(campaign: Campaign, svc: Service, changes: list[str],
+                 rng: random.Random) -> None:
+    """Bring ``svc`` up, make each change while the job is killed in half the passes,
+    and converge."""
+    campaign.converge(max_passes=300, recoveries=0)
+    for what in changes:
+        if what == "scale":
+            campaign.scale(svc, rng.randint(1, 4))
+        else:
+            campaign.change_template(svc, what)
+        for _ in range(60):
+            result = campaign.run_pass()
+            if not result.busy and campaign.settled():
+                break
+            campaign.settle(result, cap=rng.choice((1.0, 10.0)))
+    campaign.converge(max_passes=300, recoveries=0)
+    campaign.assert_converged()
 
 
 # -- the campaigns' findings, reduced ---------------------------------------------------
