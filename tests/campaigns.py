@@ -64,12 +64,25 @@ def invariant_of(error: BaseException) -> str:
 
 
 def _plan_json(plan: dict) -> dict:
-    return {**plan, "fleet": [dataclasses.asdict(svc) for svc in plan["fleet"]]}
+    return json.loads(json.dumps(
+        {**plan, "fleet": [dataclasses.asdict(svc) for svc in plan["fleet"]]}))
+
+
+def replay(plan: dict) -> None:
+    """Run one recorded fault campaign again (its ``plan`` from the document), printing
+    the campaign's log when it fails."""
+    from tests import test_fault_campaigns as campaigns
+    from tests.chaos import Service
+
+    plan = {**plan, "fleet": [Service(**svc) for svc in plan["fleet"]],
+            "events": [(at, tuple(event)) for at, event in plan["events"]]}
+    with tempfile.TemporaryDirectory() as tmp:
+        campaigns.run_campaign(Path(tmp), plan, echo=True)
 
 
 def _campaign_settings(examples: int, seed_value: int):
     def wrap(test):
-        test = settings(max_examples=examples, deadline=None, database=None,
+        test = settings(max_examples=max(1, examples), deadline=None, database=None,
                         derandomize=False, phases=[Phase.generate],
                         suppress_health_check=list(HealthCheck))(test)
         return seed(seed_value)(test)
@@ -84,21 +97,24 @@ def run_seed(seed_value: int, examples: int, kill_examples: int) -> dict:
     found: dict = {"seed": seed_value, "campaigns": 0, "failures": []}
 
     def record(kind: str, error: BaseException, plan: dict) -> None:
-        found["failures"].append({"seed": seed_value, "kind": kind,
-                                  "invariant": invariant_of(error),
-                                  "message": str(error).splitlines()[0][:300] if str(error)
-                                  else type(error).__name__,
-                                  "plan": plan})
+        failure = {"seed": seed_value, "kind": kind, "invariant": invariant_of(error),
+                   "message": str(error).splitlines()[0][:300] if str(error)
+                   else type(error).__name__,
+                   "plan": plan}
+        found["failures"].append(failure)
+        print(f"seed {seed_value}: {kind} campaign failed: {failure['invariant']}: "
+              f"{failure['message']}", file=sys.stderr, flush=True)
 
     @_campaign_settings(examples, seed_value)
     @given(campaigns.campaigns())
     def faults(plan):
         found["campaigns"] += 1
+        before = _plan_json(plan)  # the campaign changes its services as it goes
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 campaigns.run_campaign(Path(tmp), plan)
         except Exception as error:  # noqa: BLE001 - every failure is a finding
-            record("faults", error, _plan_json(plan))
+            record("faults", error, before)
 
     @_campaign_settings(kill_examples, seed_value)
     @given(campaigns.services(0), st.lists(st.sampled_from(["image", "env", "scale"]),
@@ -108,14 +124,14 @@ def run_seed(seed_value: int, examples: int, kill_examples: int) -> dict:
         import random
 
         found["campaigns"] += 1
+        before = {"service": dataclasses.asdict(svc), "changes": changes, "seed": rng_seed}
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 rng = random.Random(rng_seed)
                 campaign = Campaign(Path(tmp), [svc], {}, rng, api_rate=0.0, kill_rate=0.5)
                 campaigns.drive_killed(campaign, svc, changes, rng)
         except Exception as error:  # noqa: BLE001
-            record("kills", error, {"service": dataclasses.asdict(svc), "changes": changes,
-                                    "seed": rng_seed})
+            record("kills", error, before)
 
     if examples:
         faults()

@@ -144,7 +144,7 @@ def test_fault_campaigns_keep_the_invariants_and_converge(plan):
         run_campaign(Path(tmp), plan)
 
 
-def run_campaign(tmp: Path, plan: dict) -> Campaign:
+def run_campaign(tmp: Path, plan: dict, echo: bool = False) -> Campaign:
     rng = random.Random(plan["seed"])
     fleet = plan["fleet"]
     campaign = Campaign(tmp, fleet, operator_values(plan["repair_batch"]), rng)
@@ -166,6 +166,10 @@ def run_campaign(tmp: Path, plan: dict) -> Campaign:
         campaign.converge()
         campaign.assert_converged()
         assert campaign.api_failures, "the API never failed: the campaign tested nothing"
+    except AssertionError:
+        if echo:
+            print("\n".join(campaign.log[-40:]))
+        raise
     finally:
         if currently_in_test_context():
             note("\n".join(campaign.log))
@@ -427,3 +431,22 @@ def test_a_failed_gang_leaves_rotation_whole_even_when_the_failing_pass_is_cut(t
     scenario.run_pass()
     assert set(_gates(scenario).values()) == {False}, _gates(scenario)
     assert scenario.rows(NAME)[0]["phase"] == "Failed"
+
+
+def test_a_revision_is_stored_before_any_pod_is_built_from_it(tmp_path):
+    """Campaign seed 0: the first pass is killed after the InferenceReplica and one
+    more write. When that write was a gang's leader (the ControllerRevision came last),
+    the revision then changed and the leader's revision could build nothing: the gang
+    stayed half built, and had to restart whole. Now the revision comes first."""
+    repo = tmp_path / "repo"
+    write_service(repo, replicas=1, workers=1)
+    scenario = Scenario(tmp_path, repo)
+    scenario.run_pass(kill_after=3)
+    with SimCluster(scenario.path) as cluster:
+        stored = {r["metadata"]["name"] for r in cluster.list_objects("ControllerRevision")}
+    assert {P.revision_of(p) for p in scenario.pods()} <= stored
+    write_service(repo, replicas=1, workers=1, image="sglang:v2")
+    scenario.run_pass()  # the invariants: a gang is whole after a clean pass
+    scenario.until_idle()
+    _assert_on_target(scenario)
+    assert not scenario.events("RevisionMissing")

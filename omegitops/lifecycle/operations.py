@@ -11,6 +11,7 @@ from __future__ import annotations
 from omegitops.cluster.times import parse_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import DeleteObject
+from omegitops.lifecycle.failures import ended_failure
 from omegitops.lifecycle.missing import ready_to_build
 from omegitops.lifecycle.services import podgroup_name
 from omegitops.lifecycle.work import CREATE, CREATING, DELETE, DELETING, READY, Work
@@ -48,7 +49,7 @@ def step_create(work: Work, row: dict) -> None:
     operation = row["operation"]
     pods = work.instance(row)
     if operation["step"] == CREATE_PODS:
-        if _clear_leftovers(work, row) or not ready_to_build(work, row):
+        if clear_leftovers(work, row) or not ready_to_build(work, row):
             return
         created = work.create_pods(row, row["revision"], row["incarnation"],
                                    row.get("ordinal", 0), pods.pods)
@@ -71,7 +72,38 @@ def enter_rotation_when_ready(work: Work, row: dict) -> None:
         row["operation"]["step"] = WAIT_AVAILABLE
 
 
-def _clear_leftovers(work: Work, row: dict) -> bool:
+def recycle_ended(work: Work, row: dict) -> bool:
+    """instances.txt: while OME creates or restarts an Instance, it deletes and
+    recreates any pod that has ended (one the kubelet evicted, say) until the
+    operation's deadline, with a TerminalPodRecycled warning each time. The step goes
+    back to CreatePods, which waits for the pod to be gone. Past the deadline the
+    ended pod is the operation's failure instead."""
+    operation = row["operation"]
+    pods = work.instance(row).pods
+    ended = ended_pods(work, row)
+    deadline = operation.get("deadline")
+    if not ended or (deadline and work.now >= parse_time(deadline)):
+        return False
+    if operation.get("mode") != "Pod":
+        # A whole Instance leaves rotation with the recycled pod and re-enters it whole;
+        # the repair of one pod under restartPolicy None leaves the others serving.
+        work.route(pods, False)
+    for pod in ended:
+        row["lastFailure"] = ended_failure(work, pod)
+        work.delete(pod, 0)
+        work.event("Warning", "TerminalPodRecycled", row["index"],
+                   f"recycling ended pod {pod['metadata']['name']}: "
+                   f"{row['lastFailure']['reason']}")
+    operation["step"] = CREATE_PODS
+    return True
+
+
+def ended_pods(work: Work, row: dict) -> list[dict]:
+    """The Instance's own pods that ended and are not being deleted yet."""
+    return [p for p in work.instance(row).pods if P.has_ended(p) and not P.is_terminating(p)]
+
+
+def clear_leftovers(work: Work, row: dict) -> bool:
     """Ended or terminating pods of the Instance would collide with the names about
     to be created: delete the ended ones and wait for all of them to go."""
     leftovers = [p for p in work.groups.get(row["index"], [])

@@ -22,14 +22,16 @@ from typing import Any
 
 from omegitops.lifecycle import outbox
 from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.actions import Action, DeleteObject, Event
-from omegitops.lifecycle.failures import check_instance, ended_failure
+from omegitops.lifecycle.actions import Action, ApplyObject, DeleteObject, Event
+from omegitops.lifecycle.failures import check_instance
 from omegitops.lifecycle.operations import (
     CREATE_PODS,
     GONE,
     adopt_orphans,
+    ended_pods,
     open_create,
     open_delete,
+    recycle_ended,
     rest,
     step_create,
     step_delete,
@@ -123,7 +125,13 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             removed = True
     else:
         work.actions.extend(plan_services(desired, observed.services))
-        work.actions.extend(plan_revisions(desired, observed.revisions, work.rows.values()))
+        revisions = plan_revisions(desired, observed.revisions, work.rows.values())
+        # A revision is stored before any pod is built from it, as a StatefulSet does: a
+        # pass cut short never leaves pods whose templates are nowhere (which a gang
+        # could only leave by a restart).
+        stores = [a for a in revisions if isinstance(a, ApplyObject)]
+        work.actions[:0] = stores
+        work.actions.extend(a for a in revisions if a not in stores)
     busy = bool(work.actions) or rollout["pending"] or any(
         row.get("operation") and row.get("phase") != FAILED for row in work.rows.values())
     busy = busy or sum(counts_toward_desired(work, r) for r in work.rows.values()) != (
@@ -226,20 +234,9 @@ def _fresh_start(work: Work, row: dict) -> None:
 def _step_creating(work: Work, row: dict) -> None:
     """A Create step, recycling ended pods until the deadline and failing past it."""
     operation = row["operation"]
-    if operation["step"] != CREATE_PODS:
-        pods = work.instance(row).pods
-        ended = [p for p in pods if P.has_ended(p) and not P.is_terminating(p)]
-        if ended:
-            # The gang leaves rotation with the recycled pod and re-enters it whole.
-            work.route(pods, False)
-            for pod in ended:
-                row["lastFailure"] = ended_failure(work, pod)
-                work.delete(pod, 0)
-                work.event("Warning", "TerminalPodRecycled", row["index"],
-                           f"recycling ended pod {pod['metadata']['name']}: "
-                           f"{row['lastFailure']['reason']}")
-            operation["step"] = CREATE_PODS
-            return
+    if recycle_ended(work, row):
+        return
+    if operation["step"] != CREATE_PODS or ended_pods(work, row):
         failure = check_instance(work, row)
         if failure is not None:
             work.route(work.instance(row).live, False)  # a Failed Instance leaves whole

@@ -11,11 +11,13 @@ its state says:
   and a Drain update before WaitAvailable (the step that reaches WaitAvailable
   puts every pod in rotation in the same pass);
 - a gang is never left partly in rotation: when its pods' gates would differ,
-  none of them keeps it, and the step that admits it puts it back whole.
+  none of them keeps it, and the step that admits it puts it back whole. The
+  exception is the repair of one pod under restartPolicy None, which exists for
+  engines that take a replaced pod back into a running group: the others serve
+  on meanwhile (restart-policy.txt).
 
 Instances whose pods serve on through their operation (a surge source, an
-in-place update, a restart of one pod) are left to their steps, beyond the
-gang rule.
+in-place update) are left to their steps, beyond the gang rule.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def converge_rotation(work: Work) -> None:
         live = [p for p in work.groups.get(index, [])
                 if not P.is_terminating(p) and not P.has_ended(p)]
         gates = {planned.get(p["metadata"]["name"], P.gate_set(p)) for p in live}
-        mixed = work.desired.gang and len(gates) > 1
+        one_pod = (row.get("operation") or {}).get("mode") == "Pod"
+        mixed = work.desired.gang and len(gates) > 1 and not one_pod
         if mixed or (True in gates and out_of_rotation(row)):
             _take_out(work, live)
 

@@ -25,10 +25,13 @@ from omegitops.lifecycle.operations import (
     GONE,
     WAIT_AVAILABLE,
     WAIT_READY,
+    clear_leftovers,
+    ended_pods,
     enter_rotation_when_ready,
     finish_when_available,
     new_row,
     open_delete,
+    recycle_ended,
     step_create,
 )
 from omegitops.lifecycle.retries import record_failure
@@ -426,8 +429,10 @@ def bring_up(work: Work, row: dict) -> None:
     operation = row["operation"]
     instance = work.instance(row)
     what = "restart" if operation["type"] == RESTART else "update"
-    if operation["step"] == CREATE_PODS:
-        if not ready_to_build(work, row):
+    if recycle_ended(work, row):
+        return
+    if operation["step"] == CREATE_PODS and not ended_pods(work, row):
+        if clear_leftovers(work, row) or not ready_to_build(work, row):
             return
         # A restart of one pod keeps the Instance's ordinal (1 after a single-pod surge);
         # recreate() has already reset it to 0 for a whole-Instance rebuild.
