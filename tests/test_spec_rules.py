@@ -73,3 +73,43 @@ def test_a_pod_that_keeps_ending_fails_the_restart_at_its_deadline(tmp_path):
     assert row["lastFailure"]["reason"] == "Evicted"
     (recycled,) = scenario.events("TerminalPodRecycled")  # one event, counted
     assert recycled["count"] >= 2, recycled
+
+
+# -- 2, 3. scale-down keeps what a multi-pod surge hands over, then Ready Instances -----
+
+SURGE = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
+
+
+def test_scale_down_after_a_gang_surge_handed_over_keeps_the_replacement(tmp_path):
+    """instances.txt: on scale-down, OME first keeps the Instances that a migration or a
+    multi-pod surge is handing over, with their replacements."""
+    scenario, change = converged(tmp_path, replicas=3, workers=1, lifecycle=SURGE)
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) == "DrainOld")
+    replacement = rows(scenario)[0]["operation"]["replacement"]
+    target = scenario.replica(NAME)["spec"]["revision"]
+    change(image="sglang:v2", replicas=1)
+    seen: set[int] = set()
+    scenario.watches.append(lambda s: seen.update(rows(s)))
+    scenario.run_pass()
+    deleting = {i for i, row in rows(scenario).items() if row["phase"] == "Deleting"}
+    assert replacement not in deleting and {1, 2} <= deleting, rows(scenario)
+    scenario.until_idle()
+    (row,) = rows(scenario).values()
+    assert (row["index"], row["revision"], row["phase"]) == (replacement, target, "Ready")
+    assert seen <= {0, 1, 2, replacement}  # no second surge
+
+
+def test_scale_down_keeps_ready_instances_before_a_single_pod_mid_surge(tmp_path):
+    """instances.txt: the surge priority covers a migration or a multi-pod surge; then
+    Ready Instances before the others, lowest indices first."""
+    scenario, change = converged(tmp_path, replicas=3, lifecycle=SURGE)
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) == "SurgeWaitReady")
+    assert [rows(scenario)[i]["phase"] for i in (1, 2)] == ["Ready", "Ready"]
+    change(image="sglang:v2", replicas=2)
+    scenario.run_pass()
+    assert rows(scenario)[0]["phase"] == "Deleting", rows(scenario)
+    assert [rows(scenario)[i]["phase"] for i in (1, 2)] != ["Deleting", "Deleting"]
+    scenario.until_idle()
+    assert sorted(rows(scenario)) == [1, 2]

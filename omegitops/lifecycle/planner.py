@@ -263,11 +263,19 @@ def _scale(work: Work) -> None:
             open_create(work, index)
         return
     if len(filling) > want:
-        # Keep what a surge is handing over, then Ready Instances, lowest indices first.
+        # instances.txt: keep first the Instances a multi-pod surge is handing over,
+        # with their replacements; then Ready Instances, lowest indices first. A
+        # single-pod surge is an Instance like the others here.
+        def handing_over(row: dict) -> bool:
+            if not work.desired.gang:
+                return False
+            operation = row.get("operation") or {}
+            if operation.get("mode") == "Surge" and operation.get("step") != SURGE_CREATE:
+                return True  # a source, which fills the place until it hands over
+            return row.get("surgeOf") in work.rows  # a replacement, which fills it after
+
         def rank(row: dict) -> tuple:
-            moving = (row.get("operation") or {}).get("step", "") not in ("", SURGE_CREATE)
-            return (not (moving and row.get("operation", {}).get("mode") == "Surge"),
-                    row["phase"] != READY, row["index"])
+            return (not handing_over(row), row["phase"] != READY, row["index"])
 
         keep = {row["index"] for row in sorted(filling, key=rank)[:want]}
         for row in filling:
