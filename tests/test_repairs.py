@@ -101,9 +101,13 @@ def test_evicted_pod_none_policy_replaces_only_that_pod(tmp_path):
     scenario.fault("evict", pod="svc-engine-0-default-0")
     scenario.until_idle()
     (message,) = messages(scenario, "RestartTriggered")
-    assert "pod svc-engine-0-default-0 is in phase Failed: Evicted (incarnation=1)" in message
+    assert "pod svc-engine-0-default-0 is in phase Failed: Evicted (incarnation=2)" in message
     row = rows(scenario)[0]
-    assert (row["phase"], row["incarnation"]) == ("Ready", 1)
+    # A restart raises the incarnation by one, of one pod as of a whole Instance, and the
+    # recreated pod carries it (instances.txt).
+    assert (row["phase"], row["incarnation"]) == ("Ready", 2)
+    (pod,) = scenario.pods()
+    assert pod["metadata"]["labels"]["ome.io/instance-incarnation"] == "2"
 
 
 def test_an_evicted_pod_at_the_surge_ordinal_is_replaced_at_that_ordinal(tmp_path):
@@ -115,7 +119,7 @@ def test_an_evicted_pod_at_the_surge_ordinal_is_replaced_at_that_ordinal(tmp_pat
     scenario.fault("evict", pod="svc-engine-0-default-1")
     scenario.until_idle(max_passes=60)
     row = rows(scenario)[0]
-    assert (row["phase"], row["incarnation"], row["ordinal"]) == ("Ready", 1, 1)
+    assert (row["phase"], row["incarnation"], row["ordinal"]) == ("Ready", 2, 1)
     assert [p["metadata"]["name"] for p in scenario.pods()] == ["svc-engine-0-default-1"]
 
 
@@ -402,7 +406,7 @@ def _pods_of(scenario, index):
     return [p for p in scenario.pods() if P.index_of(p) == index]
 
 
-@pytest.mark.parametrize("lifecycle, incarnation", [({}, 1), (RECREATE, 2)],
+@pytest.mark.parametrize("lifecycle, incarnation", [({}, 2), (RECREATE, 2)],
                          ids=["default-policy", "recreate-instance"])
 def test_a_pod_stuck_terminating_on_a_lost_node_holds_its_instance_until_the_node_goes(
         tmp_path, lifecycle, incarnation):

@@ -4,8 +4,8 @@ run on the real control plane in ``tests/controlplane/test_spec_rules.py``."""
 
 from __future__ import annotations
 
-from tests.fleet import strategy, write_service
-from tests.scenario import Scenario, converged
+from tests.fleet import strategy
+from tests.scenario import converged
 
 NAME = "svc-engine"
 RECREATE = {"restartPolicy": "RecreateInstanceOnPodRestart"}
@@ -48,7 +48,7 @@ def test_a_pod_evicted_during_a_restart_is_recycled_not_failed(tmp_path):
 
 
 def test_a_gang_worker_evicted_during_a_restart_is_recycled_not_failed(tmp_path):
-    scenario, pod = _evicted_while_restarting(tmp_path, workers=1)
+    scenario, _ = _evicted_while_restarting(tmp_path, workers=1)
     row = rows(scenario)[0]
     assert (row["phase"], row["incarnation"]) == ("Ready", 2), row
     assert len(messages(scenario, "TerminalPodRecycled")) == 1
@@ -113,3 +113,87 @@ def test_scale_down_keeps_ready_instances_before_a_single_pod_mid_surge(tmp_path
     assert [rows(scenario)[i]["phase"] for i in (1, 2)] != ["Deleting", "Deleting"]
     scenario.until_idle()
     assert sorted(rows(scenario)) == [1, 2]
+
+
+# -- 8. lastFailure of a lost pod names it and says when ---------------------------------
+
+def test_the_last_failure_of_a_lost_pod_names_the_pod_and_when(tmp_path):
+    """restart-policy.txt: when a pod failed, the Instance's lastFailure keeps ... its
+    time. A pod lost with its node is gone from the API by the time it is replaced, so
+    the record keeps its name and when a pass found it missing."""
+    scenario, _ = converged(tmp_path, replicas=1, grace=5)
+    lost = f"{NAME}-0-default-0"
+    scenario.fault("node-down", pod=lost)
+    scenario.until(lambda s: all(p["metadata"].get("deletionTimestamp")
+                                 for p in s.pods(lost)))
+    scenario.fault("node-removed", pod=lost)
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Restarting")
+    failure = rows(scenario)[0]["lastFailure"]
+    assert (failure["pod"], failure["reason"]) == (lost, "PodLost"), failure
+    assert failure["time"] == scenario.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"(pod {lost} is gone)" in failure["message"]
+
+
+# -- 5, 7, 9. incarnations --------------------------------------------------------------
+
+def _incarnations_while(scenario, phase: str) -> list[int]:
+    seen: list[int] = []
+
+    def watch(s):
+        row = rows(s)[0]
+        if row["phase"] == phase:
+            seen.append(row["incarnation"])
+
+    scenario.watches.append(watch)
+    return seen
+
+
+def test_a_restarting_instance_shows_its_new_incarnation_from_the_start(tmp_path):
+    """restart-policy.txt: PHASE is Restarting and IDX/INC shows the new incarnation,
+    such as 0/2, as the RestartTriggered event says."""
+    scenario, _ = converged(tmp_path, replicas=1, lifecycle=RECREATE, grace=5)
+    seen = _incarnations_while(scenario, "Restarting")
+    scenario.fault("oom", pod=f"{NAME}-0-default-0")
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Restarting")
+    scenario.until_idle()
+    assert len(seen) >= 3 and set(seen) == {2}, seen
+    assert "(incarnation=2)" in messages(scenario, "RestartTriggered")[0]
+
+
+def test_under_none_a_replaced_gang_worker_is_a_restart_one_incarnation_higher(tmp_path):
+    """Decided from instances.txt ("A restart raises the incarnation by one", and the
+    label "tells a recreated pod from the one it replaced"): replacing one pod under
+    restartPolicy None is a restart of that pod. The Instance's incarnation rises and
+    the recreated pod carries it; the leader, which served on, keeps its label."""
+    scenario, _ = converged(tmp_path, replicas=1, workers=1,
+                            lifecycle={"restartPolicy": "None"})
+    scenario.fault("evict", pod=f"{NAME}-0-worker-0")
+    scenario.until_idle()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["incarnation"]) == ("Ready", 2)
+    labels = {p["metadata"]["name"]: p["metadata"]["labels"]["ome.io/instance-incarnation"]
+              for p in scenario.pods()}
+    assert labels == {f"{NAME}-0-leader-0": "1", f"{NAME}-0-worker-0": "2"}
+    assert "(incarnation=2)" in messages(scenario, "RestartTriggered")[0]
+
+
+def test_a_retried_recreate_pod_update_keeps_the_incarnation_it_rose_to(tmp_path):
+    """instances.txt: an update that deletes and recreates the pods raises the
+    incarnation by one; it stays the same through the rebuild of a failed Instance,
+    which is what each retry is."""
+    values = {"lifecycle": {"stuckPodGracePeriod": "60s",
+                            "updateRetry": {"maxAttempts": 3, "initialBackoff": "1m"}}}
+    scenario, change = converged(tmp_path, replicas=1, lifecycle=strategy("RecreatePod"),
+                                 values=values, grace=5)
+    incarnations: set[int] = set()
+    scenario.watches.append(lambda s: incarnations.add(rows(s)[0]["incarnation"]))
+    scenario.fault("imagepull", image="sglang:unpullable")
+    change(image="sglang:unpullable")
+    for _ in range(80):  # 40 minutes: the attempts and their backoff, until held
+        scenario.run_pass()
+        scenario.advance(30)
+    assert scenario.status(NAME)["revisionRetries"][
+        scenario.replica(NAME)["spec"]["revision"]]["held"]
+    assert len(scenario.events("UpdateFailed")) == 1  # one event, counted per attempt
+    assert scenario.events("UpdateFailed")[0]["count"] == 3
+    assert incarnations == {1, 2}, incarnations

@@ -52,6 +52,8 @@ def ready_to_build(work: Work, row: dict) -> bool:
             f"revision {lost} has no ControllerRevision, so its missing pods cannot be "
             f"built; restarting the whole Instance at {newest}"))
         row["phase"] = RESTARTING
+        if operation.get("type") != RESTART:
+            row["incarnation"] += 1  # a restart of one pod raised it already
         row["operation"] = work.operation(RESTART, UNROUTE, target=newest, mode="Instance")
         step_restart(work, row)
         return False

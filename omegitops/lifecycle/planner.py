@@ -210,6 +210,7 @@ def _retry_update(work: Work, row: dict) -> None:
     row["phase"] = UPDATING
     row["operation"] = work.operation(UPDATE, "Unroute", operation.get("strategy"),
                                       target=target, mode=DRAIN)
+    row["operation"]["retry"] = True
     work.event("Normal", "InstanceUpdating", row["index"],
                f"retrying the update to {target} ({operation.get('strategy')}: {DRAIN})")
     step_update(work, row)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omegitops.cluster.times import format_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.failures import ended_failure, failure_record
-from omegitops.lifecycle.instance import InstancePods
+from omegitops.lifecycle.instance import InstancePods, instance_pods
 from omegitops.lifecycle.templates import MAIN_CONTAINER
 from omegitops.lifecycle.work import READY, RESTART, Work
 
@@ -95,12 +96,12 @@ def find_trigger(work: Work, row: dict) -> Trigger | None:
             return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
     live = [p for p in own if not P.is_terminating(p) and not P.has_ended(p)]
     if len(live) < work.needed and not [p for p in pods if P.is_terminating(p)]:
-        names = {p["name"] for p in row.get("pods") or []}
-        gone = sorted(names - {p["metadata"]["name"] for p in live})
+        gone = sorted(set(_own_names(work, row)) - {p["metadata"]["name"] for p in live})
         text = (f"{len(live)}/{work.needed} pods remain"
                 + (f" (pod {gone[0]} is gone)" if gone else ""))
+        # The pod is gone: what is known is its name and when a pass found it missing.
         failure = {"pod": gone[0] if gone else None, "container": None, "reason": "PodLost",
-                   "exitCode": None, "message": text, "time": None}
+                   "exitCode": None, "message": text, "time": format_time(work.now)}
         return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
     if policy == RECREATE_INSTANCE:
         for pod in live:
@@ -108,6 +109,13 @@ def find_trigger(work: Work, row: dict) -> Trigger | None:
             if restarted is not None:
                 return restarted
     return None
+
+
+def _own_names(work: Work, row: dict) -> list[str]:
+    """The names of the pods the Instance is made of, present or not."""
+    pods = instance_pods(work.pod_input(row["revision"]), row["index"], row["incarnation"],
+                         row.get("ordinal", 0))
+    return [p["metadata"]["name"] for p in pods]
 
 
 def plan_repairs(work: Work) -> None:
@@ -155,9 +163,13 @@ def open_restart(work: Work, row: dict, trigger: Trigger) -> None:
     operation = work.operation(RESTART, UNROUTE, target=row["revision"],
                                mode="Instance" if trigger.whole else "Pod")
     row["operation"] = operation
-    incarnation = row["incarnation"] + (1 if trigger.whole else 0)
+    # A restart raises the incarnation by one, and the Instance shows the new one from
+    # the start (restart-policy.txt: "IDX/INC shows the new incarnation, such as 0/2").
+    # Under None only the replaced pod is built at it; the pods that kept running keep
+    # the label they started with, which tells the recreated pod from the others.
+    row["incarnation"] += 1
     work.event("Normal", "RestartTriggered", row["index"],
-               f"restart triggered: {trigger.text} (incarnation={incarnation})")
+               f"restart triggered: {trigger.text} (incarnation={row['incarnation']})")
     work.moved.add(row["index"])
     step_restart(work, row)
 

@@ -417,7 +417,11 @@ def recreate(work: Work, row: dict, retarget: bool) -> None:
             # Nothing of the Instance is left: build it at the newest revision.
             operation["targetRevision"] = work.desired.revision
         row["revision"] = operation.get("targetRevision") or row["revision"]
-        row["incarnation"] += 1
+        if retarget and not operation.get("retry"):
+            # An update that deletes and recreates the pods raises the incarnation once;
+            # a retry rebuilds a Failed Instance, which keeps it (instances.txt). A
+            # restart raised it when it opened.
+            row["incarnation"] += 1
         row.pop("ordinal", None)
         operation["step"] = CREATE_PODS
     bring_up(work, row)
