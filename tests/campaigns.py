@@ -11,8 +11,9 @@ this explores new ones. Seeds run in parallel (``--jobs``, default every core).
 Every campaign runs to its end: a failure is recorded and the next campaign goes
 on, so the document counts campaigns run and failures by invariant, and keeps
 for each failure its seed, the invariant's message and the campaign's plan (which
-``run_campaign`` replays as it is). A progress line per seed goes to standard
-error; the document goes to standard output. Exit 1 when anything failed.
+``run_campaign`` replays as it is). A progress line per seed, and each failure
+as it happens (with its plan, as JSON), go to standard error; the document goes to
+standard output. Exit 1 when anything failed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import marshal
 import os
 import re
 import sys
@@ -80,6 +82,31 @@ def replay(plan: dict) -> None:
         campaigns.run_campaign(Path(tmp), plan, echo=True)
 
 
+class MemoryStore:
+    """The simulated cluster's state kept in this process as marshal snapshots.
+
+    Each ``SimCluster`` open still reads a copy and each clean close still writes one
+    (an exception saves nothing), as with the file; only JSON and fsync, half of a
+    campaign's time, are gone. The store's own behaviour is tested elsewhere; the
+    campaigns test the planner, and a nightly run is sized by how many they can run.
+    """
+
+    def __init__(self) -> None:
+        self.states: dict[str, bytes] = {}
+
+    def load(self, path: Path) -> dict | None:
+        raw = self.states.get(str(path))
+        return None if raw is None else marshal.loads(raw)
+
+    def save(self, path: Path, state: dict) -> None:
+        self.states[str(path)] = marshal.dumps(state)
+
+    def install(self) -> None:
+        from omegitops.cluster.sim import cluster
+
+        cluster.load_state, cluster.save_state = self.load, self.save
+
+
 def _campaign_settings(examples: int, seed_value: int):
     def wrap(test):
         test = settings(max_examples=max(1, examples), deadline=None, database=None,
@@ -95,6 +122,8 @@ def run_seed(seed_value: int, examples: int, kill_examples: int) -> dict:
     from tests.chaos import Campaign
 
     found: dict = {"seed": seed_value, "campaigns": 0, "failures": []}
+    store = MemoryStore()
+    store.install()
 
     def record(kind: str, error: BaseException, plan: dict) -> None:
         failure = {"seed": seed_value, "kind": kind, "invariant": invariant_of(error),
@@ -103,7 +132,7 @@ def run_seed(seed_value: int, examples: int, kill_examples: int) -> dict:
                    "plan": plan}
         found["failures"].append(failure)
         print(f"seed {seed_value}: {kind} campaign failed: {failure['invariant']}: "
-              f"{failure['message']}", file=sys.stderr, flush=True)
+              f"{failure['message']}\n  {json.dumps(failure)}", file=sys.stderr, flush=True)
 
     @_campaign_settings(examples, seed_value)
     @given(campaigns.campaigns())
@@ -115,6 +144,7 @@ def run_seed(seed_value: int, examples: int, kill_examples: int) -> dict:
                 campaigns.run_campaign(Path(tmp), plan)
         except Exception as error:  # noqa: BLE001 - every failure is a finding
             record("faults", error, before)
+        store.states.clear()
 
     @_campaign_settings(kill_examples, seed_value)
     @given(campaigns.services(0), st.lists(st.sampled_from(["image", "env", "scale"]),
@@ -132,6 +162,7 @@ def run_seed(seed_value: int, examples: int, kill_examples: int) -> dict:
                 campaigns.drive_killed(campaign, svc, changes, rng)
         except Exception as error:  # noqa: BLE001
             record("kills", error, before)
+        store.states.clear()
 
     if examples:
         faults()
