@@ -450,3 +450,29 @@ def test_a_revision_is_stored_before_any_pod_is_built_from_it(tmp_path):
     scenario.until_idle()
     _assert_on_target(scenario)
     assert not scenario.events("RevisionMissing")
+
+
+def test_a_fresh_start_cut_short_never_completes_a_gang_beside_its_old_pods(tmp_path):
+    """Campaign seed 4: a reset rebuilds a Failed gang at a newer revision; the pass is
+    killed after the InferenceReplica write, before it deleted the old pods, and one of
+    them is lost meanwhile. The next pass created the lost pod at the new revision beside
+    the survivor at the old one (a gang mixing revisions). Now the survivor goes first."""
+    repo = tmp_path / "repo"
+    base = {"replicas": 1, "workers": 1, "grace": 5,
+            "values": {"lifecycle": {"instanceReadyTimeout": "2m"}}}
+    write_service(repo, **base)
+    scenario = Scenario(tmp_path, repo)
+    scenario.fault("unschedulable")
+    scenario.until(lambda s: s.rows(NAME)[0]["phase"] == "Failed")
+    scenario.fault("unschedulable", clear=True)
+    write_service(repo, **base, image="sglang:v2")
+    with SimCluster(scenario.path) as cluster:
+        replica = cluster.get_object("InferenceReplica", "demo", NAME)
+        replica["metadata"].setdefault("annotations", {})["ome.io/reset-instances"] = "all"
+        cluster.replace_object(replica)
+    scenario.run_pass(kill_after=2)
+    assert scenario.rows(NAME)[0]["operation"]["step"] == "CreatePods"
+    with SimCluster(scenario.path) as cluster:
+        cluster.delete_pod("demo", f"{NAME}-0-worker-0", grace_seconds=0)
+    scenario.until_idle()  # the invariants: never a gang of two revisions
+    _assert_on_target(scenario)

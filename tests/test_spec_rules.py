@@ -4,6 +4,9 @@ run on the real control plane in ``tests/controlplane/test_spec_rules.py``."""
 
 from __future__ import annotations
 
+import pytest
+
+from omegitops.lifecycle import pods as P
 from tests.fleet import strategy
 from tests.scenario import converged
 
@@ -197,3 +200,62 @@ def test_a_retried_recreate_pod_update_keeps_the_incarnation_it_rose_to(tmp_path
     assert len(scenario.events("UpdateFailed")) == 1  # one event, counted per attempt
     assert scenario.events("UpdateFailed")[0]["count"] == 3
     assert incarnations == {1, 2}, incarnations
+
+
+# -- 6. a resumed step deletes only pods the Service no longer routes to -------------------
+
+def _never_deleted_in_rotation(scenario) -> None:
+    """After every pass: no pod this pass deleted still had the gate when it began."""
+    gated = {p["metadata"]["uid"] for p in scenario.pods() if P.gate_set(p)}
+
+    def watch(s):
+        for pod in s.pods():
+            if pod["metadata"].get("deletionTimestamp"):
+                assert pod["metadata"]["uid"] not in gated, (
+                    f"{pod['metadata']['name']} deleted while in rotation")
+        gated.clear()
+        gated.update(p["metadata"]["uid"] for p in s.pods()
+                     if P.gate_set(p) and not p["metadata"].get("deletionTimestamp"))
+
+    scenario.watches.append(watch)
+
+
+def _cut_after_recording(scenario, target: str, index: int = 0) -> None:
+    """Passes until one records ``target``; that one is killed right after the
+    InferenceReplica write, so none of the step's pod writes (the unroute) happened."""
+    for _ in range(100):
+        before = (rows(scenario).get(index) or {}).get("operation") or {}
+        scenario.run_pass(kill_after=2)
+        after = (rows(scenario).get(index) or {}).get("operation") or {}
+        if after.get("step") == target and before.get("step") != target:
+            return
+        scenario.advance(1)
+    raise AssertionError(f"never reached {target}")
+
+
+@pytest.mark.parametrize("change, lifecycle, target", [
+    ("oom", RECREATE, "DeletePods"),
+    ("image", strategy("RecreatePod"), "DeletePods"),
+    ("image", SURGE, "DrainOld"),
+    ("scale", {}, "DeletePods"),
+], ids=["restart", "recreate-pod-update", "surge-drain", "scale-down"])
+def test_a_step_resumed_after_a_cut_pass_unroutes_before_it_deletes(
+        tmp_path, change, lifecycle, target):
+    """restart-policy.txt: OME takes the pods out of the Service, and deletes them once
+    the Service stops routing to them. A pass killed after recording the step that
+    deletes, before its unroute landed, must not have the next pass delete pods that
+    still carry the gate."""
+    replicas = 2 if change == "scale" else 1
+    scenario, rewrite = converged(tmp_path, replicas=replicas, lifecycle=lifecycle, grace=5)
+    _never_deleted_in_rotation(scenario)
+    index = 1 if change == "scale" else 0
+    if change == "oom":
+        scenario.fault("oom", pod=f"{NAME}-0-default-0")
+        scenario.advance(1)
+    elif change == "image":
+        rewrite(image="sglang:v2")
+    else:
+        rewrite(replicas=1)
+    _cut_after_recording(scenario, target, index)
+    scenario.until_idle()
+    assert [row["phase"] for row in rows(scenario).values()] == ["Ready"]

@@ -105,15 +105,21 @@ def ended_pods(work: Work, row: dict) -> list[dict]:
 
 def clear_leftovers(work: Work, row: dict) -> bool:
     """Ended or terminating pods of the Instance would collide with the names about
-    to be created: delete the ended ones and wait for all of them to go."""
+    to be created: delete the ended ones and wait for all of them to go. So would a
+    live pod of another revision, which a pass cut short before it deleted what a
+    fresh start replaces leaves: completing the Instance beside it would mix two
+    revisions in one gang, so it goes too (out of rotation first)."""
     leftovers = [p for p in work.groups.get(row["index"], [])
                  if P.is_terminating(p) or P.has_ended(p)]
     for pod in leftovers:
         if P.has_ended(pod):
             work.delete(pod, 0)
+    stale = [p for p in work.own_pods(row) if not P.is_terminating(p)
+             and not P.has_ended(p) and P.revision_of(p) != row["revision"]]
+    work.delete_unrouted(stale)
     if leftovers:
         work.wake(min(P.deletion_deadline(p) or work.now for p in leftovers))
-    return bool(leftovers)
+    return bool(leftovers or stale)
 
 
 def finish_when_available(work: Work, row: dict, verb: str) -> bool:
@@ -148,13 +154,11 @@ def step_delete(work: Work, row: dict) -> str | None:
         return None
     grace = operation.get("abandonGrace")  # a replacement that never served goes fast
     if operation["step"] == DELETE_PODS:
-        for pod in pods:
-            work.delete(pod, grace)
+        work.delete_unrouted(pods, grace)
         operation["step"] = WAIT_GONE
         return None
     if pods:
-        for pod in pods:
-            work.delete(pod, grace)  # a pod that appeared meanwhile goes too
+        work.delete_unrouted(pods, grace)  # a pod that appeared meanwhile goes too
         work.wake(min((P.deletion_deadline(p) or work.now) for p in pods))
         _overdue(work, row)
         return None

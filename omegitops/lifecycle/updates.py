@@ -209,16 +209,14 @@ def _drain_source(work: Work, row: dict, live: list[dict], listed: list[dict], p
         operation["step"] = DRAIN_OLD
         return None
     if step == DRAIN_OLD:
-        for pod in listed:
-            work.delete(pod)
+        work.delete_unrouted(listed)
         operation["step"] = WAIT_DRAINED
         return None
     if listed:
         # A pass cut short after recording WaitDrained (a failed write, a killed job) may
         # have deleted only some of the pods: delete the rest (terminating ones are skipped),
         # or the update would wait for them forever.
-        for pod in listed:
-            work.delete(pod)
+        work.delete_unrouted(listed)
         # The update, and its surge slot, last until the drained pods are gone.
         work.wake(min(P.deletion_deadline(p) or work.now for p in listed))
         return None
@@ -401,16 +399,14 @@ def recreate(work: Work, row: dict, retarget: bool) -> None:
         operation["step"] = DELETE_PODS
         return
     if step == DELETE_PODS:
-        for pod in pods:
-            work.delete(pod)
+        work.delete_unrouted(pods)
         operation["step"] = WAIT_GONE
         return
     if step == WAIT_GONE:
         if pods:
             # A pass cut short after recording WaitGone may have deleted only some of the
             # pods (or none): delete the rest, as a Delete does, or this waits forever.
-            for pod in pods:
-                work.delete(pod)
+            work.delete_unrouted(pods)
             work.wake(min(P.deletion_deadline(p) or work.now for p in pods))
             return
         if retarget:

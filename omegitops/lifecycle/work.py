@@ -165,6 +165,19 @@ class Work:
             if P.gate_set(pod) != serving:
                 self.serve(pod, serving)
 
+    def delete_unrouted(self, pods: list[dict], grace: int | None = None) -> None:
+        """Delete ``pods`` once the Service no longer routes to them ("deletes them once
+        the Service stops routing to them"). One still in rotation, which a pass cut
+        short before its unroute leaves, is taken out now, and the pods are deleted
+        together by a later pass: an Instance (a gang) goes whole."""
+        gated = [p for p in pods
+                 if P.gate_set(p) and not P.is_terminating(p) and not P.has_ended(p)]
+        if gated:
+            self.route(gated, False)
+            return
+        for pod in pods:
+            self.delete(pod, grace)
+
     def delete(self, pod: dict, grace: int | None = None) -> None:
         if P.is_terminating(pod):
             return
