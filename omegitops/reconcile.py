@@ -208,7 +208,8 @@ def plan_item(seen: Observation, item: ServiceComponent,
     """Render one managed component and plan it against what ``seen`` holds for it."""
     observed = seen.component(*component_key(item))
     desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
-                            item.lifecycle, observed.revisions, observed.replica)
+                            item.lifecycle, observed.revisions, observed.replica,
+                            item.operator)
     return desired, observed, plan_component(desired, observed, now)
 
 

@@ -259,3 +259,62 @@ def test_a_step_resumed_after_a_cut_pass_unroutes_before_it_deletes(
     _cut_after_recording(scenario, target, index)
     scenario.until_idle()
     assert [row["phase"] for row in rows(scenario).values()] == ["Ready"]
+
+
+# -- 13. a pinned service keeps its runtime's lifecycle until the pin moves --------------
+
+def _edit(path, change) -> None:
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_a_pinned_service_takes_the_runtimes_new_min_ready_seconds_only_when_the_pin_moves(
+        tmp_path):
+    """min-ready-seconds.txt: a service that pins its runtime with spec.runtime.autoSync:
+    false gets the change once you move the pin; meanwhile RuntimeDrifted is True."""
+    scenario, _ = converged(tmp_path, replicas=1)
+    repo = scenario.repo
+    service, runtime = repo / "services" / "svc.yaml", repo / "runtimes" / "svc.yaml"
+    if not runtime.exists():
+        runtime = next((repo / "runtimes").glob("*.yaml"))
+    _edit(service, lambda d: d["spec"]["runtime"].update(autoSync=False))
+    scenario.until_idle()
+    _edit(runtime, lambda d: d["spec"]["engineConfig"].update(
+        lifecycle={"minReadySeconds": 90}))
+    scenario.until_idle()
+    assert scenario.replica(NAME)["spec"]["minReadySeconds"] == 0
+    drifted = {c["type"]: c["status"] for c in scenario.status(NAME)["conditions"]}
+    assert drifted.get("RuntimeDrifted") == "True", drifted
+    _edit(service, lambda d: d["spec"]["runtime"].update(autoSync=True))  # the pin moves
+    scenario.until_idle()
+    assert scenario.replica(NAME)["spec"]["minReadySeconds"] == 90
+
+
+# -- 14. a replacement lost after hand-over with no newer change is a failure ------------
+
+@pytest.mark.parametrize("workers", [None, 1], ids=["single-pod", "gang"])
+def test_a_replacement_lost_after_hand_over_is_a_warning_not_a_superseded_surge(
+        tmp_path, workers):
+    """update-strategies.txt: if the new pod is lost after the hand-over, OME doesn't
+    rebuild it for the withdrawn revision... With nothing withdrawn, the loss of a
+    serving replacement is reported as the failure it is."""
+    scenario, change = converged(tmp_path, replicas=1, workers=workers, lifecycle=SURGE,
+                                 grace=30)
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) == "DrainOld")
+    row = rows(scenario)[0]
+    if workers:
+        new = f"{NAME}-{row['operation']['replacement']}-leader-0"
+    else:
+        new = f"{NAME}-0-default-{row['operation']['ordinal']}"
+    scenario.fault("evict", pod=new)
+    scenario.until_idle()
+    reason = "GangSurgeAbandoned" if workers else "SurgeAbandoned"
+    (event,) = scenario.events(reason)
+    assert event["type"] == "Warning", event
+    assert "superseded" not in event["message"]
+    assert "lost its replacement (Evicted" in event["message"], event["message"]
+    assert rows(scenario)[0]["lastFailure"]["reason"] in ("Evicted", "PodLost")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.planner import DesiredComponent
-from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig
+from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig, resolve_component
 from omegitops.lifecycle.revisions import stored_runtime_config
 from omegitops.lifecycle.templates import render_templates, revision_name
 
@@ -16,12 +17,16 @@ def build_desired(
     lifecycle: ComponentLifecycle,
     revisions: list[dict],
     replica: dict | None,
+    operator: OperatorSettings | None = None,
 ) -> DesiredComponent:
     """Render the component's templates; pure.
 
     A service that pins its runtime (``spec.runtime.autoSync: false``) is
     rendered from the runtime config stored with the revision it runs, so a
-    runtime edit leaves its pods alone and only sets RuntimeDrifted.
+    runtime edit leaves its pods alone and only sets RuntimeDrifted. Its
+    lifecycle is resolved again from that config too (given the operator
+    settings): min-ready-seconds.txt, a pinned service "gets the change once you
+    move the pin", the runtime's lifecycle as well as its templates.
     """
     component = lifecycle.component
     key = RUNTIME_CONFIG[component]
@@ -33,11 +38,13 @@ def build_desired(
         stored = stored_runtime_config(revisions, current)
         if stored is not None:
             config, drifted = stored, stored != live_config
+    source = dict(runtime) if runtime else {"spec": {}}
+    source["spec"] = {**source.get("spec", {}), key: config}
+    if drifted and operator is not None:
+        lifecycle = resolve_component(isvc, source, component, operator)
     # Shallow copies only: render_templates never changes its inputs (it merges into new
     # dicts and copies leaves), and a deep copy of the whole runtime per component was
     # over a third of a pass's planning time on a 1,000-service fleet.
-    source = dict(runtime) if runtime else {"spec": {}}
-    source["spec"] = {**source.get("spec", {}), key: config}
     templates = render_templates(isvc, source, lifecycle)
     meta = isvc.get("metadata") or {}
     name = meta["name"]

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import copy
 
+from omegitops.cluster.times import format_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import PatchImages
-from omegitops.lifecycle.failures import check_instance, check_pods
+from omegitops.lifecycle.failures import check_instance, check_pods, ended_failure, revision_caused
 from omegitops.lifecycle.missing import REVISION_MISSING, ready_to_build
 from omegitops.lifecycle.operations import (
     CREATE_PODS,
@@ -149,7 +150,7 @@ def _surge_single(work: Work, row: dict) -> str | None:
     superseded = target != work.desired.revision
     handed_over = operation.get("handedOver", False)
     if handed_over and not new_live:
-        return _replacement_lost(work, row, old.live, SURGE_ABANDONED)
+        return _replacement_lost(work, row, old.live, SURGE_ABANDONED, mine)
     # A withdrawn target is abandoned at once, unless the old pod is gone and a ready
     # new pod is all the Instance has: then it promotes on the revision it was built for.
     promote_anyway = not old.live and any(P.containers_ready(p) for p in new_live)
@@ -269,26 +270,52 @@ def _superseded_message(work: Work, row: dict) -> str:
     return f"abandoned superseded surge to {target}; re-surging toward {newest}"
 
 
-def _replacement_lost(work: Work, row: dict, source: list[dict], reason: str) -> None:
-    """The replacement is gone after it took over serving: nothing is rebuilt at it."""
+def _replacement_lost(work: Work, row: dict, source: list[dict], reason: str,
+                      lost: list[dict], known: dict | None = None) -> None:
+    """The replacement is gone after it took over serving: nothing is rebuilt at it.
+
+    When a newer change withdrew its revision meanwhile, ending the surge is what
+    the change asked for (a Normal event). Otherwise a serving replacement was lost:
+    a Warning, with the loss as the Instance's lastFailure, counted against the
+    revision when the revision caused it."""
     target = row["operation"]["targetRevision"]
     standing = [p for p in source if not P.is_terminating(p)]
-    prefix = f"abandoned superseded surge to {target}"
+    superseded = target != work.desired.revision
+    kind, prefix = ("Normal", f"abandoned superseded surge to {target}") if superseded else (
+        "Warning", f"surge to {target} lost its replacement")
+    failure = None if superseded else (known or _loss(work, lost))
+    if failure is not None:
+        prefix += f" ({failure['reason']}: {failure['message']})"
+        if revision_caused(failure):
+            record_failure(work, row, target, failure)
+        else:
+            row["lastFailure"] = failure
     if standing:
         work.route(standing, True)
         row["operation"] = None
         row["phase"] = READY
-        work.event("Normal", reason, row["index"], (
+        work.event(kind, reason, row["index"], (
             f"{prefix}; the replacement was lost after it took over serving and nothing is "
             f"rebuilt at it; the source returns to rotation on revision {row['revision']}"))
         return
     row["operation"] = None
     row["phase"] = FAILED
     row["rebuild"] = True
-    work.event("Normal", reason, row["index"], (
+    work.event(kind, reason, row["index"], (
         f"{prefix}; no source pod stands, so the Instance re-enters as a fresh start at "
         f"revision {work.desired.revision}"))
     return
+
+
+def _loss(work: Work, lost: list[dict]) -> dict:
+    """Why the replacement stopped serving: a pod of it that ended, else gone."""
+    for pod in lost:
+        if P.has_ended(pod):
+            return ended_failure(work, pod)
+    names = sorted(p["metadata"]["name"] for p in lost)
+    return {"pod": names[0] if names else None, "container": None, "reason": "PodLost",
+            "exitCode": None, "message": "the replacement's pods are gone or terminating",
+            "time": format_time(work.now)}
 
 
 def _surge_failed(work: Work, row: dict, failure: dict, new_live: list[dict]) -> None:
@@ -338,9 +365,11 @@ def _surge_gang(work: Work, row: dict) -> str | None:
     replacement = work.rows.get(operation.get("replacement"))
     handed_over = operation.get("handedOver", False)
     if replacement is None or (handed_over and not work.instance(replacement).live):
+        lost = work.groups.get(replacement["index"], []) if replacement is not None else []
+        known = (replacement or {}).get("lastFailure")  # its own restart may have seen why
         if replacement is not None and replacement.get("phase") != "Deleting":
             open_delete(work, replacement, "replacement lost")
-        return _replacement_lost(work, row, source.live, GANG_SURGE_ABANDONED)
+        return _replacement_lost(work, row, source.live, GANG_SURGE_ABANDONED, lost, known)
     if not handed_over and target != work.desired.revision:
         return _abandon_gang(work, row, replacement, "Normal", _superseded_message(work, row))
     if not handed_over and replacement.get("phase") == FAILED:

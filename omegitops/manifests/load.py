@@ -46,6 +46,8 @@ class ServiceComponent:
     service: Manifest
     runtime: Manifest | None
     lifecycle: ComponentLifecycle
+    # The settings it was resolved with, to resolve it again from a pinned runtime.
+    operator: OperatorSettings | None = None
 
     @property
     def pinned(self) -> bool:
@@ -62,5 +64,5 @@ def resolved_components(loaded: Loaded) -> list[ServiceComponent]:
         runtime_data = runtime.data if runtime else None
         for component in components_of(service.data, runtime_data):
             lifecycle = resolve_component(service.data, runtime_data, component, loaded.operator)
-            out.append(ServiceComponent(service, runtime, lifecycle))
+            out.append(ServiceComponent(service, runtime, lifecycle, loaded.operator))
     return out
