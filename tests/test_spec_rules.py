@@ -318,3 +318,31 @@ def test_a_replacement_lost_after_hand_over_is_a_warning_not_a_superseded_surge(
     assert "superseded" not in event["message"]
     assert "lost its replacement (Evicted" in event["message"], event["message"]
     assert rows(scenario)[0]["lastFailure"]["reason"] in ("Evicted", "PodLost")
+
+
+# -- 15. EngineReady during a restart: the operator default does not count ---------------
+
+def _engine_ready(scenario) -> tuple[str, str]:
+    cond = next(c for c in scenario.status(NAME)["conditions"] if c["type"] == "EngineReady")
+    return cond["status"], cond["reason"]
+
+
+@pytest.mark.parametrize("own, expected", [
+    (None, ("False", "InsufficientAvailable")),
+    (1, ("True", "MinimumAvailable")),
+], ids=["chart-default-only", "set-on-the-service"])
+def test_engine_ready_during_a_restart_counts_only_a_budget_set_for_the_component(
+        tmp_path, own, expected):
+    """restart-policy.txt, with the chart (maxUnavailable 25%): by default, while an
+    engine Instance restarts, EngineReady is False with InsufficientAvailable; with
+    maxUnavailable set, it stays True with MinimumAvailable."""
+    chart = {"updateStrategy": {"engine": {"type": "SurgeThenDrain", "maxSurge": "25%",
+                                           "maxUnavailable": "25%"}}}
+    lifecycle = dict(RECREATE)
+    if own is not None:
+        lifecycle.update(strategy(maxUnavailable=own))
+    scenario, _ = converged(tmp_path, replicas=4, lifecycle=lifecycle,
+                            values={"lifecycle": {}, **chart})
+    scenario.fault("oom", pod=f"{NAME}-0-default-0")
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Restarting")
+    assert _engine_ready(scenario) == expected

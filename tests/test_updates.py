@@ -506,33 +506,19 @@ def test_unschedulable_surge_fails_after_the_grace_and_leaves_an_extra(tmp_path)
 
 
 def test_the_documents_hold_at_max_unavailable_zero(tmp_path):
-    """update-strategies.txt shows the hold of an InPlaceIfPossible engine with
-    maxUnavailable 0. ``validate`` refuses that budget (no Instance could ever move),
-    so the planner is driven directly here, with the budget forced to 0."""
-    import dataclasses
-
-    from omegitops.cluster.sim import SimCluster
-    from omegitops.lifecycle.resolve import Resolved
-    from omegitops.reconcile import plan_all
-
-    life = strategy("InPlaceIfPossible", maxUnavailable=1)
+    """update-strategies.txt: the hold of an InPlaceIfPossible engine with
+    maxUnavailable 0, a legal (if stuck) budget in a service: the rollout holds with the
+    documented reason, in the InferenceReplica and where ``get irep`` shows it."""
+    life = strategy("InPlaceIfPossible", maxUnavailable=0)
     scenario, change = make(tmp_path, replicas=2, lifecycle=life)
     change(image="sglang:v2", lifecycle=life)
-    items = scenario.items()
-    forced = []
-    for item in items:
-        fields = dict(item.lifecycle.fields)
-        fields["updateStrategy.rollingUpdate.maxUnavailable"] = Resolved(0, "isvc")
-        lifecycle = dataclasses.replace(item.lifecycle, fields=fields)
-        forced.append(dataclasses.replace(item, lifecycle=lifecycle))
-    with SimCluster(scenario.path) as cluster:
-        result = plan_all(cluster, forced)
-    (_, plan), = result.plans
-    hold = plan.replica["status"]["rolloutHold"]
+    scenario.until_idle()
+    hold = scenario.status(NAME)["rolloutHold"]
     assert hold["gate"] == "Budget"
     assert hold["reason"] == "per-Component unavailability budget 0 exhausted (would become 1)"
-    assert hold["target"] == plan.replica["spec"]["revision"]
-    assert hold["since"] == "2026-09-27T08:00:35Z"
+    assert hold["target"] == scenario.replica(NAME)["spec"]["revision"]
+    assert hold["since"]
+    assert {r["revision"] for r in rows(scenario).values()} != {revision(scenario)}
 
 
 def test_a_replacement_that_never_served_goes_with_the_abandon_grace(tmp_path):

@@ -56,13 +56,6 @@ def test_valid_objects_are_still_listed_beside_errors(cli, tmp_path):
          "spec.engine.lifecycle.updateStrategy.rollingUpdate.maxSurge: 150% is more than 100%")),
         ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n          partition: -1\n",
          "spec.engine.lifecycle.updateStrategy.rollingUpdate.partition: -1 is less than"),
-        (("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n"
-         "          maxSurge: 0\n          maxUnavailable: 0\n"),
-         "under SurgeThenDrain: no Instance could ever move"),
-        (("    lifecycle:\n      updateStrategy:\n        type: RecreatePod\n        rollingUpdate:\n"
-         "          maxUnavailable: 0%\n"),
-         ("spec.engine.lifecycle.updateStrategy.rollingUpdate.maxUnavailable: maxUnavailable 0% "
-         "(from isvc) under RecreatePod: no Instance could ever move")),
         ("    lifecycle:\n      instanceReadyTimeout: 30 minutes\n",
          "spec.engine.lifecycle.instanceReadyTimeout: '30 minutes' does not match"),
     ],
@@ -73,11 +66,30 @@ def test_bad_lifecycle_values(cli, tmp_path, addition, expected):
     assert expected in out
 
 
+@pytest.mark.parametrize("addition, expected", [
+    (("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n"
+      "          maxSurge: 0\n          maxUnavailable: 0\n"),
+     "under SurgeThenDrain: no Instance can move and every change holds at the Budget gate"),
+    (("    lifecycle:\n      updateStrategy:\n        type: RecreatePod\n        rollingUpdate:\n"
+      "          maxUnavailable: 0%\n"),
+     ("spec.engine.lifecycle.updateStrategy.rollingUpdate.maxUnavailable: BudgetsCannotMove: "
+      "maxUnavailable 0% (from isvc) under RecreatePod, which reads only maxUnavailable: no "
+      "serving Instance can move")),
+])
+def test_zero_budgets_in_a_service_are_a_warning_not_an_error(cli, tmp_path, addition,
+                                                               expected):
+    """update-strategies.txt makes only an invalid operator default an error: in a
+    service or a runtime a zero budget is legal, and produces the Budget hold."""
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, service=SERVICE + addition))
+    assert code == 0, out
+    assert expected in out.split("warnings:")[1]
+
+
 def test_zero_budgets_from_the_runtime_are_named(cli, tmp_path):
     runtime = RUNTIME + ("    lifecycle:\n      updateStrategy:\n        rollingUpdate:\n"
                          "          maxSurge: 0\n          maxUnavailable: 0\n")
     code, out, _ = cli("validate", "--repo", repo_with(tmp_path, runtime=runtime))
-    assert code == 1
+    assert code == 0
     assert "maxSurge 0 (from runtime) and maxUnavailable 0 (from runtime)" in out
 
 

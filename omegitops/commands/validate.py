@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         for skipped in loaded.repo.skipped_files:
             print(f"  {skipped.path}: {skipped.reason}")
     if result.warnings:
-        print("\nwarnings (nothing omegitops manages depends on these):")
+        print("\nwarnings:")
         for warning in result.warnings:
             print(f"  {warning}")
     if result.errors:

@@ -21,7 +21,7 @@ from omegitops.cluster.times import format_time
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.instance import InstancePods
 from omegitops.lifecycle.missing import REVISION_MISSING, missing_revisions
-from omegitops.lifecycle.resolve import timeout_seconds
+from omegitops.lifecycle.resolve import ISVC, RUNTIME, timeout_seconds
 
 TRUE, FALSE = "True", "False"
 
@@ -170,10 +170,17 @@ def _drain_overdue(rows: list[dict]) -> tuple[str, str, str]:
 
 def _component_ready(desired: Any, counts: dict, want: int) -> tuple[str, str, str]:
     """restart-policy.txt: False with InsufficientAvailable while an Instance is out by
-    default; with maxUnavailable, True with MinimumAvailable while no more than that
-    many Instances are out of service."""
-    budget = scaled_value(
-        desired.lifecycle.value("updateStrategy.rollingUpdate.maxUnavailable"), want) or 0
+    default; with maxUnavailable set, True with MinimumAvailable while no more than that
+    many Instances are out of service.
+
+    "Set" means set for the component, in the InferenceService or its runtime. The
+    operator's default (the chart's 25%) paces rollouts but does not count here: the
+    documents' own chart-based example says that "by default" EngineReady is False
+    while an engine Instance restarts, which a 25% default would never let happen for
+    an engine of up to 4 Instances."""
+    field = desired.lifecycle.fields.get("updateStrategy.rollingUpdate.maxUnavailable")
+    own = field.value if field is not None and field.source in (ISVC, RUNTIME) else None
+    budget = scaled_value(own, want) or 0
     out = max(0, want - counts["servingReplicas"])
     message = f"{counts['servingReplicas']}/{want} Instances serving, {out} out of service"
     if out <= budget:

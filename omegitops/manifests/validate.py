@@ -163,8 +163,23 @@ def service_errors(
             errors.extend(planned)
             continue
         errors.extend(_derived_name_errors(service, lifecycle))
-        errors.extend(_stuck_budget_errors(service, lifecycle))
     return errors
+
+
+def service_warnings(service: Manifest, runtime: Manifest | None,
+                     operator: OperatorSettings) -> list[ManifestError]:
+    """What a valid service may do but will regret: budgets with which no Instance can
+    move. update-strategies.txt makes only an invalid operator default an error; in a
+    service or a runtime a zero budget is legal, and every change holds at the Budget
+    gate with the documented reason."""
+    runtime_data = runtime.data if runtime else None
+    warnings = []
+    for component in components_of(service.data, runtime_data):
+        if resolve_mode(service.data, runtime_data, component, operator).value != OMENATIVE:
+            continue
+        lifecycle = resolve_component(service.data, runtime_data, component, operator)
+        warnings.extend(_stuck_budget_warnings(service, lifecycle))
+    return warnings
 
 
 def _derived_name_errors(service: Manifest, lifecycle: ComponentLifecycle) -> list[ManifestError]:
@@ -194,24 +209,27 @@ def _derived_name_errors(service: Manifest, lifecycle: ComponentLifecycle) -> li
     return errors
 
 
-def _stuck_budget_errors(service: Manifest, lifecycle: ComponentLifecycle) -> list[ManifestError]:
-    """Budgets with which no Instance could ever move."""
+def _stuck_budget_warnings(service: Manifest,
+                           lifecycle: ComponentLifecycle) -> list[ManifestError]:
+    """Budgets with which no Instance can move (BudgetsCannotMove)."""
     component = lifecycle.component
     surge = lifecycle.fields.get("updateStrategy.rollingUpdate.maxSurge")
     unavailable = lifecycle.fields["updateStrategy.rollingUpdate.maxUnavailable"]
     strategy = lifecycle.strategy
     where = ("spec", component, "lifecycle", "updateStrategy", "rollingUpdate")
+    held = "every change holds at the Budget gate"
     if strategy == SURGE_THEN_DRAIN:
         if surge and budgets.is_zero(surge.value) and budgets.is_zero(unavailable.value):
             return [service.error(where, (
-                f"maxSurge {surge.value} (from {surge.source}) and maxUnavailable "
-                f"{unavailable.value} (from {unavailable.source}) under SurgeThenDrain: "
-                "no Instance could ever move; allow at least one of them"
+                f"BudgetsCannotMove: maxSurge {surge.value} (from {surge.source}) and "
+                f"maxUnavailable {unavailable.value} (from {unavailable.source}) under "
+                f"SurgeThenDrain: no Instance can move and {held}; allow at least one of them"
             ))]
     elif budgets.is_zero(unavailable.value):
         return [service.error(where + ("maxUnavailable",), (
-            f"maxUnavailable {unavailable.value} (from {unavailable.source}) under {strategy}: "
-            "no Instance could ever move; this strategy reads only maxUnavailable"
+            f"BudgetsCannotMove: maxUnavailable {unavailable.value} (from "
+            f"{unavailable.source}) under {strategy}, which reads only maxUnavailable: no "
+            f"serving Instance can move and {held}"
         ))]
     return []
 
@@ -281,6 +299,8 @@ def validate_repository(repo: Repository, operator: OperatorSettings) -> Validat
         else:
             catalog.services.append(service)
             valid.append(service)
+            if managed:
+                warnings.extend(service_warnings(service, runtime, operator))
     for rid, defined in copies.items():
         if len(defined) < 2:
             continue
