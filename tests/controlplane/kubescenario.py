@@ -22,7 +22,7 @@ from omegitops.cluster.kube import KubeCluster
 from omegitops.lifecycle.replica import decode_rows
 from omegitops.manifests.load import load, resolved_components
 from omegitops.reconcile import MANAGED, PassResult, run_pass
-from tests.scenario import check_invariants
+from tests.scenario import KillAfter, check_invariants
 
 
 class NamespaceView:
@@ -96,16 +96,20 @@ class KubeScenario:
         assert loaded.result.ok, loaded.result.errors
         return resolved_components(loaded)
 
-    def run_pass(self) -> PassResult:
+    def run_pass(self, kill_after: int | None = None) -> PassResult:
+        """One pass as the job; ``kill_after`` kills it after that many writes, as
+        ``Scenario.run_pass`` does on sim:."""
         items = self.items()
         for item in items:
             key = (item.service.id.name, item.lifecycle.component)
             self.max_rows[key] = max(self.max_rows[key], item.lifecycle.replicas)
-        result = run_pass(self.job, items)
+        target = self.job if kill_after is None else KillAfter(self.job, kill_after)
+        result = run_pass(target, items)
         self.passes += 1
         self.results.append(result)
-        assert not result.errors, result.errors
-        check_invariants(self.admin, self.max_rows, items, whole=self.strict_gangs)
+        assert kill_after is not None or not result.errors, result.errors
+        check_invariants(self.admin, self.max_rows, items,
+                         whole=self.strict_gangs and kill_after is None)
         self.history.record(self.admin.list_objects(INFERENCE_REPLICA, MANAGED))
         for watch in self.watches:
             watch(self)
