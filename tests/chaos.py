@@ -69,6 +69,9 @@ PERSISTENT = ("crash", "hang", "node-down")
 RESET = "ome.io/reset-instances"
 RELEASE = "ome.io/release-revision"
 NAMESPACE = "demo"
+# Simulated seconds after a fault from outside before a component at rest counts as
+# past it (a restarted container shows a moment later).
+SETTLE_SECONDS = 60.0
 COMPONENT = "engine"
 
 
@@ -240,6 +243,8 @@ class Campaign:
     ceiling: Counter = field(default_factory=Counter)
     # Components a fault from outside touched since they were last at rest.
     disturbed: set = field(default_factory=set)
+    # When (simulated time) each component was last touched by a fault from outside.
+    touched_at: dict = field(default_factory=dict)
     # Passes since the last fault from outside (any component).
     since_fault: int = 1000
     # Persistent faults to clear: (pass number, kind, target, components they disturb).
@@ -360,7 +365,8 @@ class Campaign:
             self._check_rows(svc, status, rows)
             self._check_budgets(svc, rows, by_component.get(svc.key, []))
             if clean and busy.get(svc.replica_name) is False:
-                self._at_rest(svc, rows, by_component.get(svc.key, []), nodes)
+                self._at_rest(svc, rows, by_component.get(svc.key, []), nodes,
+                              cluster.now().timestamp())
 
     def _instance_ceiling(self, svc: Service, rows: dict[int, dict]) -> int:
         """How many Instances' worth of live pods the component may carry."""
@@ -423,7 +429,7 @@ class Campaign:
             f"{svc.name}: {len(down)} Instances out of service, budget {budget}", rows)
 
     def _at_rest(self, svc: Service, rows: dict[int, dict], pods: list[dict],
-                 nodes: set[str]) -> None:
+                 nodes: set[str], now: float) -> None:
         """A component seen at rest after a clean pass starts a fresh budget window."""
         self.ceiling[svc.ceiling_key] = svc.replicas
         # A fault still in force (a silent node, a hung pod) may not show yet, and a
@@ -431,6 +437,9 @@ class Campaign:
         # manager deleted, pods of a removed node that PodGC has yet to collect): the
         # window starts once every pod stands on a node that exists.
         lasting = any(svc.key in affected for *_, affected in self.to_clear)
+        # A fault that only shows once the clock moves (a container the kubelet restarts
+        # a moment later) must not look over before it began.
+        lasting = lasting or now < self.touched_at.get(svc.key, 0.0) + SETTLE_SECONDS
         standing = [p for p in pods if not P.is_terminating(p) and not P.has_ended(p)
                     and P.node_of(p) in (None, *nodes)]
         whole = len(standing) == len(pods) == svc.replicas * svc.pods_per_instance
@@ -460,6 +469,7 @@ class Campaign:
                 every = frozenset(s.key for s in self.services)
                 self.to_clear.append((self.passes + duration, kind, {"node": node}, every))
                 self.disturbed.update(every)
+                self._touched(cluster, every)
             else:
                 cluster.inject_fault(kind, pod=name, namespace=NAMESPACE)
                 if kind in PERSISTENT:
@@ -467,6 +477,7 @@ class Campaign:
                                           {"pod": name, "namespace": NAMESPACE},
                                           frozenset([svc.key])))
                 self.disturbed.add(svc.key)
+                self._touched(cluster, [svc.key])
         self._external(f"{kind} on {name}")
 
     def unschedulable(self, duration: int) -> None:
@@ -477,6 +488,8 @@ class Campaign:
             cluster.inject_fault("unschedulable")
         self.to_clear.append((self.passes + duration, "unschedulable", {}, affected))
         self.disturbed |= affected
+        with SimCluster(self.path) as cluster:
+            self._touched(cluster, affected)
         self._external("unschedulable")
 
     def bad_image(self, svc: Service, duration: int) -> None:
@@ -489,6 +502,10 @@ class Campaign:
                               frozenset()))
         self.write()
         self.note(f"{svc.name}: image {svc.bad_image} (unpullable)")
+
+    def _touched(self, cluster, keys) -> None:
+        now = cluster.now().timestamp()
+        self.touched_at.update((key, now) for key in keys)
 
     def _external(self, what: str) -> None:
         self.faults_seen = True

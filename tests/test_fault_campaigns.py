@@ -476,3 +476,21 @@ def test_a_fresh_start_cut_short_never_completes_a_gang_beside_its_old_pods(tmp_
         cluster.delete_pod("demo", f"{NAME}-0-worker-0", grace_seconds=0)
     scenario.until_idle()  # the invariants: never a gang of two revisions
     _assert_on_target(scenario)
+
+
+def test_policy_restarts_of_two_gangs_at_once_do_not_wait_for_max_unavailable(tmp_path):
+    """Campaign seed 23: two workers of two gangs are OOM-killed at once and both gangs
+    restart in one pass, past maxUnavailable 1. That is the documents' rule (restarts
+    that the policy starts don't wait for maxUnavailable); the campaign had started a
+    fresh budget window in the pass before the kills showed, and now waits a minute of
+    simulated time after a fault before it does."""
+    repo = tmp_path / "repo"
+    write_service(repo, replicas=2, workers=2,
+                  lifecycle=strategy("RecreatePod", maxUnavailable="25%"))
+    scenario = Scenario(tmp_path, repo)
+    scenario.until_idle()
+    scenario.fault("oom", pod=f"{NAME}-0-worker-1")
+    scenario.fault("oom", pod=f"{NAME}-1-worker-0")
+    scenario.until(lambda s: any(r["phase"] == "Restarting" for r in s.rows(NAME)))
+    assert [r["phase"] for r in scenario.rows(NAME)] == ["Restarting", "Restarting"]
+    assert not scenario.events("RepairHeld")
