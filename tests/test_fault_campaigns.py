@@ -33,6 +33,7 @@ smallest reproduction.
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import tempfile
@@ -494,3 +495,34 @@ def test_policy_restarts_of_two_gangs_at_once_do_not_wait_for_max_unavailable(tm
     scenario.until(lambda s: any(r["phase"] == "Restarting" for r in s.rows(NAME)))
     assert [r["phase"] for r in scenario.rows(NAME)] == ["Restarting", "Restarting"]
     assert not scenario.events("RepairHeld")
+
+
+def test_an_extra_pod_on_an_instance_that_needs_no_start_does_not_stall_the_rollout(tmp_path):
+    """Campaign seed 26: a failed attempt's replacement stayed beside an Instance that
+    later reached the target revision. It held the only surge slot "until a start on
+    its Instance replaces it", and no start would ever come: every other Instance's
+    update was held for good. An Instance at rest on the target now lets it go."""
+    repo = tmp_path / "repo"
+    base = {"replicas": 2, "grace": 5}
+    write_service(repo, **base, lifecycle=strategy("SurgeThenDrain", maxSurge=1,
+                                                   maxUnavailable=0, partition=1))
+    scenario = Scenario(tmp_path, repo)
+    scenario.until_idle()
+    write_service(repo, **base, image="sglang:v2", lifecycle=strategy(
+        "SurgeThenDrain", maxSurge=1, maxUnavailable=0, partition=1))
+    scenario.until_idle()
+    (own,) = [p for p in scenario.pods(f"{NAME}-1-")]
+    extra = copy.deepcopy(own)
+    ordinal = P.ordinal_of(own)
+    extra["metadata"] = {k: v for k, v in own["metadata"].items()
+                         if k in ("namespace", "labels", "annotations")}
+    extra["metadata"]["name"] = f"{NAME}-1-default-{1 - ordinal}"
+    extra.pop("status", None)
+    with SimCluster(scenario.path) as cluster:
+        cluster.create_pod(extra)  # as a failed surge attempt leaves it
+    write_service(repo, **base, image="sglang:v2", lifecycle=strategy(
+        "SurgeThenDrain", maxSurge=1, maxUnavailable=0))
+    scenario.until_idle()
+    target = scenario.replica(NAME)["spec"]["revision"]
+    assert [r["revision"] for r in scenario.rows(NAME)] == [target, target]
+    assert not scenario.status(NAME).get("rolloutHold")

@@ -215,3 +215,11 @@ def rest(work: Work, row: dict) -> None:
     pods = work.instance(row)
     if row["phase"] == READY and pods.containers_ready():
         work.route(pods.live, True)
+    if row["phase"] == READY and row["revision"] == work.desired.revision \
+            and not work.desired.gang:
+        # A replacement a failed attempt left running holds a surge slot until a start
+        # on its Instance replaces it (update-strategies.txt); on the target revision
+        # no start will come, and the slot would stall every other Instance's update.
+        extras = [p for p in work.groups.get(row["index"], [])
+                  if P.ordinal_of(p) != row.get("ordinal", 0) and not P.is_terminating(p)]
+        work.delete_unrouted(extras)
