@@ -28,7 +28,23 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.register(subparsers)
+    _kubectl_habits(parser, top=True)
     return parser
+
+
+def _kubectl_habits(parser: argparse.ArgumentParser, top: bool = False) -> None:
+    """Every parser, nested ones too: no abbreviated flags (``--pru`` is not ``--prune``),
+    and ``-v`` taken anywhere on the line, before or after the command."""
+    parser.allow_abbrev = False
+    children = [action for action in parser._actions
+                if isinstance(action, argparse._SubParsersAction)]
+    if not top and not children:
+        # SUPPRESS: a -v before the command is not reset by the command's parser.
+        parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                            help="debug logging on stderr")
+    for action in children:
+        for child in set(action.choices.values()):
+            _kubectl_habits(child)
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -57,7 +73,10 @@ def _log_to_stderr(level: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # a usage error (2), or --help and --version (0)
+        return stop.code if isinstance(stop.code, int) else 2
     _log_to_stderr(logging.DEBUG if args.verbose else logging.INFO)
     try:
         return args.func(args)

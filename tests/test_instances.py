@@ -283,12 +283,36 @@ def test_get_irep_after_the_readme_command(tmp_path, cli):
     cluster = f"sim:{tmp_path / 'c.json'}"
     code, out, _ = cli("reconcile", "--repo", str(EXAMPLES), "--cluster", cluster, "--until-idle")
     assert code == 0
-    assert out.splitlines()[0].split() == ["NAME", "COMPONENT", "DESIRED", "CURRENT", "READY",
-                                           "AVAILABLE", "AGE"]
+    # Across namespaces, as kubectl get -A: a NAMESPACE column first.
+    assert out.splitlines()[0].split() == ["NAMESPACE", "NAME", "COMPONENT", "DESIRED",
+                                           "CURRENT", "READY", "AVAILABLE", "AGE"]
     code, out, _ = cli("get", "irep", "--cluster", cluster, "-o", "json")
-    views = json.loads(out)
-    assert len(views) == 7
-    for view in views:
-        assert view["desired"] == view["current"] == view["ready"] == view["available"]
-        ready = next(c for c in view["conditions"] if c["type"] == "Ready")
+    listed = json.loads(out)
+    assert (listed["apiVersion"], listed["kind"]) == ("v1", "List")
+    assert len(listed["items"]) == 7
+    for replica in listed["items"]:
+        assert replica["kind"] == "InferenceReplica"
+        status = replica["status"]
+        assert replica["spec"]["replicas"] == status["replicas"] == status["readyReplicas"] \
+            == status["availableReplicas"]
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "True"
+
+
+def test_get_irep_as_kubectl_does(tmp_path, cli):
+    cluster = f"sim:{tmp_path / 'c.json'}"
+    assert cli("reconcile", "--repo", str(EXAMPLES), "--cluster", cluster, "--until-idle")[0] == 0
+    code, out, _ = cli("get", "irep", "qwen3-0-6b-engine", "--cluster", cluster, "-o", "json")
+    assert code == 0 and json.loads(out)["metadata"]["name"] == "qwen3-0-6b-engine"
+    code, out, _ = cli("get", "irep", "-n", "qwen3-0-6b", "--cluster", cluster)
+    assert out.splitlines()[0].split()[0] == "NAME"  # one namespace: no NAMESPACE column
+    code, out, _ = cli("get", "irep", "-A", "--cluster", cluster, "-o", "name")
+    assert "inferencereplica.ome.io/qwen3-0-6b-engine" in out.splitlines()
+    code, out, _ = cli("get", "irep", "-A", "--cluster", cluster, "-o", "wide")
+    assert out.splitlines()[0].split()[-3:] == ["SERVING", "REVISION", "HOLD"]
+    code, out, _ = cli("get", "irep", "-A", "--cluster", cluster, "-o", "yaml")
+    assert out.startswith("apiVersion: v1\nitems:") or "kind: List" in out
+    code, _, err = cli("get", "irep", "nothing-engine", "--cluster", cluster)
+    assert code == 1 and 'inferencereplicas "nothing-engine" not found' in err
+    code, _, err = cli("get", "irep", "-n", "a", "-A", "--cluster", cluster)
+    assert code == 2  # a usage error

@@ -143,9 +143,8 @@ def test_missing_instance_is_a_clear_error(cli, settled):
 
 
 def test_namespace_is_required(cli, settled):
-    with pytest.raises(SystemExit) as exit_info:
-        cli("instance", "list", "qwen3-0-6b", "--cluster", settled)
-    assert exit_info.value.code == 2
+    code, _, err = cli("instance", "list", "qwen3-0-6b", "--cluster", settled)
+    assert code == 2 and "-n/--namespace" in err
 
 
 # -- events -------------------------------------------------------------------
@@ -188,3 +187,16 @@ def test_events_aggregate_repeats(cli, settled):
     assert code == 0
     (event,) = json.loads(out)
     assert event["count"] == 3 and event["type"] == "Warning"
+
+
+def test_no_abbreviated_flags_and_verbose_anywhere(cli, tmp_path):
+    """kubectl habits: ``--pru`` is not ``--prune`` (a usage error, exit 2), and ``-v``
+    works after the command as before it."""
+    code, _, err = cli("reconcile", "--repo", str(tmp_path), "--pru")
+    assert code == 2 and "unrecognized arguments: --pru" in err
+    code, _, err = cli("get", "irep", "--clu", "sim:x")
+    assert code == 2
+    assert cli("-v", "validate", "--repo", str(EXAMPLES))[0] == 0
+    assert cli("validate", "--repo", str(EXAMPLES), "-v")[0] == 0
+    assert cli("instance", "list", "x", "-n", "y", "-v", "--cluster",
+               f"sim:{tmp_path / 'c.json'}")[0] in (0, 1)

@@ -197,13 +197,15 @@ def test_plan_runs_on_pull_requests_touching_manifests():
     plan = workflow("plan.yml")
     assert set(plan["on"]) == {"pull_request"}, "never pull_request_target: PR code is untrusted"
     paths = plan["on"]["pull_request"]["paths"]
-    assert "**.yaml" in paths and "**.yml" in paths
+    # This repository's manifests are examples/; tests/corpus/ is broken on purpose.
+    assert paths == ["examples/**.yaml", "examples/**.yml"]
     assert "${{ github.event.pull_request.number }}" in plan["concurrency"]["group"]
 
 
 def test_plan_runs_omegitops_plan_into_the_summary():
     runs = "\n".join(step.get("run", "") for step in steps(workflow("plan.yml")))
-    assert "omegitops plan --repo . -o markdown > plan.md" in runs
+    assert 'omegitops plan --repo "$MANIFESTS" -o markdown > plan.md' in runs
+    assert workflow("plan.yml")["jobs"]["plan"]["env"]["MANIFESTS"] == "examples"
     assert '>> "$GITHUB_STEP_SUMMARY"' in runs
 
 

@@ -139,7 +139,7 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
             from omegitops.report import write_report
 
             write_report(report_dir, loaded, cluster, repository=repository)
-    print(replica_table(replicas, now))
+    print(replica_table(replicas, now, namespaces=True))
     if lost is not None:
         print(f"omegitops: error: {lost}; stopped after {passes} passes", file=sys.stderr)
         failed = True

@@ -652,7 +652,8 @@ def test_reconcile_as_the_job_creates_what_it_manages_and_a_converged_pass_write
 
     got = run_job(cp, ["omegitops", "get", "irep", "--cluster", "kube", "-o", "json"], tmp_path)
     assert got.returncode == 0, got.stderr[-3000:]
-    assert {"solo-engine", "gang-engine"} <= {r["name"] for r in json.loads(got.stdout)}
+    assert {"solo-engine", "gang-engine"} <= {
+        r["metadata"]["name"] for r in json.loads(got.stdout)["items"]}
 
 
 # -- a missing grant during --until-idle ------------------------------------------------------
