@@ -7,7 +7,10 @@ API server) and sets ``poll_seconds``, so the loop must look again by itself.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
+
+import pytest
 
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
@@ -75,3 +78,38 @@ def test_a_near_deadline_does_not_put_off_the_next_look(tmp_path):
         assert run_until_idle(cluster, items, 900) == IDLE
         assert _phases(cluster) == ["Ready", "Ready"]
         assert (cluster.now() - start).total_seconds() < 90
+
+
+@pytest.mark.parametrize("how, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_interrupted_run_keeps_its_passes_writes_the_report_and_says_so(
+        tmp_path, cli, monkeypatch, how, code):
+    """Ctrl-C or SIGTERM during --until-idle: the passes already applied stay (on sim:
+    the state is saved, not discarded), the report is written, one line says so, and
+    the exit code is 128 + the signal's number."""
+    import os
+    import signal
+
+    from omegitops import reconcile
+
+    real, calls = reconcile.run_pass, []
+
+    def interrupted_third_pass(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            if how == "SIGINT":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reconcile, "run_pass", interrupted_third_pass)
+    state, report = tmp_path / "c.json", tmp_path / "report"
+    before = signal.getsignal(signal.SIGTERM)
+    got, _, err = cli("reconcile", "--repo", str(EXAMPLES), "--cluster", f"sim:{state}",
+                      "--until-idle", "--report-dir", str(report))
+    assert got == code, err
+    assert f"interrupted by {how} after 2 passes" in err
+    assert err.strip().splitlines()[-1].startswith("omegitops: interrupted")
+    saved = json.loads(state.read_text())["objects"].get("InferenceReplica", {})
+    assert len(saved) == 7  # the two passes' writes were kept
+    assert (report / "status.json").exists()
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is put back

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
@@ -121,18 +124,25 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
                 log.warning("InferenceReplica %s: its component is no longer in the "
                             "repository; --prune tears it down", orphan)
 
-        lost = None
-        if args.until_idle:
-            try:
-                stop = run_until_idle(cluster, items, args.max_seconds, progress, prune)
-            except LeaseLost as err:
-                # Another run holds the cluster now: write nothing more, but report what
-                # the passes done so far left (reads need no Lease).
-                lost, stop = err, IDLE
-            if stop != IDLE:
-                log.warning("stopping: %s", stop)
-        else:
-            progress(run_pass(cluster, items, prune))
+        lost = interrupted = None
+        try:
+            with _terminate_as_interrupt():
+                if args.until_idle:
+                    try:
+                        stop = run_until_idle(cluster, items, args.max_seconds, progress,
+                                              prune)
+                    except LeaseLost as err:
+                        # Another run holds the cluster now: write nothing more, but
+                        # report what the passes done so far left (reads need no Lease).
+                        lost, stop = err, IDLE
+                    if stop != IDLE:
+                        log.warning("stopping: %s", stop)
+                else:
+                    progress(run_pass(cluster, items, prune))
+        except (KeyboardInterrupt, Interrupted) as stop_signal:
+            # What the passes applied stays applied (and, on sim:, saved: the cluster is
+            # left normally); a pass cut here is one the next run carries on from.
+            interrupted = getattr(stop_signal, "signum", signal.SIGINT)
         replicas = [replica_view(r) for r in cluster.list_objects(INFERENCE_REPLICA, MANAGED)]
         now = cluster.now()
         if report_dir:
@@ -140,10 +150,42 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
 
             write_report(report_dir, loaded, cluster, repository=repository)
     print(replica_table(replicas, now, namespaces=True))
+    if interrupted is not None:
+        name = signal.Signals(interrupted).name
+        print(f"omegitops: interrupted by {name} after {passes} passes; what they applied is "
+              "kept" + (" and the report written" if report_dir else ""), file=sys.stderr)
+        return 128 + interrupted
     if lost is not None:
         print(f"omegitops: error: {lost}; stopped after {passes} passes", file=sys.stderr)
         failed = True
     return 1 if failed or not loaded.result.ok else 0
+
+
+class Interrupted(Exception):
+    """SIGTERM (a pod's termination, a CI job's cancellation), handled like Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """While the passes run, SIGTERM raises ``Interrupted`` as SIGINT raises
+    KeyboardInterrupt, so both stop the run the same way: keep what was applied,
+    write the report, exit 128 + the signal's number."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        raise Interrupted(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _pruning(args: argparse.Namespace, loaded) -> tuple[Pruning | None, bool]:
