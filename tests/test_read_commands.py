@@ -200,3 +200,19 @@ def test_no_abbreviated_flags_and_verbose_anywhere(cli, tmp_path):
     assert cli("validate", "--repo", str(EXAMPLES), "-v")[0] == 0
     assert cli("instance", "list", "x", "-n", "y", "-v", "--cluster",
                f"sim:{tmp_path / 'c.json'}")[0] in (0, 1)
+
+
+@pytest.mark.parametrize("command", [("get", "irep"), ("events",),
+                                     ("instance", "list", "x", "-n", "y")])
+def test_read_commands_never_create_a_cluster(cli, tmp_path, command):
+    """A mistyped sim: path is an error, not an empty cluster, and nothing is written."""
+    code, _, err = cli(*command, "--cluster", f"sim:{tmp_path / 'typo.json'}")
+    assert code == 1 and "no simulated cluster there" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reconcile_of_a_missing_repository_stops_before_any_pass(cli, tmp_path):
+    code, _, err = cli("reconcile", "--repo", str(tmp_path / "nothing"),
+                       "--cluster", f"sim:{tmp_path / 'c.json'}")
+    assert code == 1 and "the repository folder does not exist" in err
+    assert list(tmp_path.iterdir()) == []

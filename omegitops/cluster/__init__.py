@@ -10,7 +10,7 @@ server instead (the wire tests' double, ``kubectl proxy``).
 from __future__ import annotations
 
 from omegitops.cluster.base import Cluster
-from omegitops.errors import UsageError
+from omegitops.errors import InputError, UsageError
 
 DEFAULT_CLUSTER = "sim:.omegitops/cluster.json"
 
@@ -28,12 +28,19 @@ def open_cluster(spec: str = DEFAULT_CLUSTER, exclusive: bool = True) -> Cluster
     """The cluster a ``--cluster`` value names; use it as a context manager.
 
     ``exclusive=False`` is for commands that only read: on a real cluster they
-    do not take the run's Lease, so they work while a job runs.
+    do not take the run's Lease, so they work while a job runs; on ``sim:`` they
+    never create a cluster, so a mistyped path is an error, not an empty cluster.
     """
     if spec.startswith("sim:"):
+        from pathlib import Path
+
         from omegitops.cluster.sim import SimCluster
 
-        return SimCluster(sim_path(spec))
+        path = sim_path(spec)
+        if not exclusive and not Path(path).is_file():
+            raise InputError(f"{spec}: no simulated cluster there (reconcile or "
+                             "`omegitops sim init` makes one)")
+        return SimCluster(path)
     if spec == "kube" or spec.startswith("kube:"):
         from omegitops.cluster.kube import KubeCluster
 

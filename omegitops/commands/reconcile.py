@@ -71,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
     author = Author.parse(args.author)
     folder = report_path(args.report_dir or DEFAULT_REPORT_DIR) if args.commit else None
     with checkout(args.repo, args.branch, args.path, writable=args.commit) as repo:
+        if not Path(repo.manifests).is_dir():
+            # Nothing to reconcile toward: no pass, no cluster touched.
+            raise InputError(f"{args.repo}: the repository folder does not exist; nothing "
+                             "was reconciled")
         loaded = load(repo.manifests, args.operator_values)
         print_errors(loaded.result.errors)
         items = resolved_components(loaded)
