@@ -32,7 +32,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY omegitops ./omegitops
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir '.[all]' \
     && rm -rf /src
 
 # A numeric, unprivileged user, so that Kubernetes' runAsNonRoot can check it.

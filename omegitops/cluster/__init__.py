@@ -42,6 +42,9 @@ def open_cluster(spec: str = DEFAULT_CLUSTER, exclusive: bool = True) -> Cluster
                              "`omegitops sim init` makes one)")
         return SimCluster(path)
     if spec == "kube" or spec.startswith("kube:"):
+        from omegitops.extras import require
+
+        require("kubernetes", "--cluster kube")
         from omegitops.cluster.kube import KubeCluster
 
         return KubeCluster(spec[len("kube:"):] or None, lease=exclusive)

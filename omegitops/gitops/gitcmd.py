@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import git
-
 from omegitops.errors import OmegitopsError
+from omegitops.extras import require
 from omegitops.gitops.credentials import scrub
 
 # clone, fetch and push give up after this long rather than outlive the job.
@@ -28,7 +27,7 @@ class Git:
     def __init__(self, worktree: Path | str, env: Mapping[str, str],
                  secrets: Iterable[str] = ()) -> None:
         self.worktree = Path(worktree)
-        self.repo = git.Repo(self.worktree)
+        self.repo = require("git", "git work").Repo(self.worktree)
         self.repo.git.update_environment(**env)
         self.secrets = tuple(secrets)
 
@@ -45,7 +44,7 @@ class Git:
             return self.repo.git.execute(
                 ["git", *args], with_extended_output=True, with_exceptions=False,
                 kill_after_timeout=NETWORK_SECONDS if network else None)
-        except git.CommandError as err:  # git missing, or killed after the timeout
+        except require("git", "git work").CommandError as err:  # git missing, or timed out
             raise GitError(self.failure(args, "", str(err.stderr or ""))) from err
 
     def ok(self, *args: str) -> bool:
@@ -78,6 +77,7 @@ def clone(url: str, target: Path, branch: str | None, env: Mapping[str, str],
     if branch:
         args += ["--branch", branch]
     where = f"{shown} (branch {branch})" if branch else shown
+    git = require("git", "cloning a repository")
     try:
         status, _, err = git.Git(str(target.parent)).execute(
             [*args, "--", url, str(target)], env=dict(env), with_extended_output=True,

@@ -15,9 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-import git
-
 from omegitops.errors import InputError, UsageError
+from omegitops.extras import require
 from omegitops.gitops.credentials import git_environment, redact, resolve
 from omegitops.gitops.gitcmd import Git, clone
 
@@ -102,6 +101,7 @@ def _in_place(folder: str, branch: str | None, path: str | None, writable: bool)
 
 def _work_tree(folder: Path) -> Path | None:
     """The top of the git work tree holding ``folder``, or None."""
+    git = require("git", "--commit and --branch")
     try:
         found = git.Repo(folder, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
