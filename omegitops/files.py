@@ -7,13 +7,16 @@ import tempfile
 from pathlib import Path
 
 
-def replace_atomically(path: Path, data: bytes) -> None:
+def replace_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
     """A temporary file beside ``path``, fsync, then rename over it (and fsync the folder,
-    which makes the rename itself durable)."""
+    which makes the rename itself durable). ``mode``: the file's permissions (default:
+    the temporary file's 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
+            if mode is not None:
+                os.fchmod(out.fileno(), mode)
             out.write(data)
             out.flush()
             os.fsync(out.fileno())

@@ -83,7 +83,7 @@ class ReportError(OmegitopsError):
 
 @without_gc_pauses
 def build_report(loaded: Loaded, replicas: list[dict], events: list[dict], now: datetime,
-                 repository: str | None = None) -> dict[str, Any]:
+                 repository: str | None = None, revision: str | None = None) -> dict[str, Any]:
     """The report as a dict; pure. ``events`` are raw core/v1 Events."""
     by_name = {(r["metadata"].get("namespace"), r["metadata"]["name"]): r for r in replicas}
     views = sort_events([event_view(e) for e in events])
@@ -107,6 +107,8 @@ def build_report(loaded: Loaded, replicas: list[dict], events: list[dict], now: 
         "kind": KIND,
         "generatedAt": format_time(now.timestamp()),
         "repository": repository if repository is not None else loaded.root.as_posix(),
+        # The commit of the manifests reconciled, as Argo CD and Flux show the synced one.
+        "revision": revision,
         "summary": None,
         "services": services,
         "unknownReplicas": sorted(f"{ns}/{name}" for ns, name in by_name
@@ -292,8 +294,11 @@ def summary_line(summary: dict) -> str:
 
 
 def content_key(report: dict) -> str:
-    """The report without its time stamp, for "did anything change" checks."""
-    return json.dumps({k: v for k, v in report.items() if k != "generatedAt"}, sort_keys=True)
+    """The report without its time stamp and the commit read, for "did anything change"
+    checks. A run reads the commit the previous run's report made, so counting the
+    commit as a change would commit a new report on every run."""
+    return json.dumps({k: v for k, v in report.items() if k not in ("generatedAt", "revision")},
+                      sort_keys=True)
 
 
 # -- rendering and writing -----------------------------------------------------
@@ -335,8 +340,16 @@ def write_atomic(path: Path, text: str) -> bool:
     data = text.encode("utf-8")
     if path.exists() and path.read_bytes() == data:
         return False
-    replace_atomically(path, data)
+    # A report is for people and tools to read: the mode the user's umask gives a new
+    # file (0644 under the usual 022), not the temporary file's 0600.
+    replace_atomically(path, data, mode=0o666 & ~_umask())
     return True
+
+
+def _umask() -> int:
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
 
 
 def report_dir_problem(report_dir: str | os.PathLike, base: Path | None = None) -> str | None:
@@ -367,11 +380,11 @@ def report_dir_problem(report_dir: str | os.PathLike, base: Path | None = None) 
 
 
 def write_report(report_dir: str | os.PathLike, loaded: Loaded, cluster: Any,
-                 repository: str | None = None) -> dict:
+                 repository: str | None = None, revision: str | None = None) -> dict:
     """List what the report needs, build, validate and write it; returns the report."""
     replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
     events = cluster.list_objects(EVENT, MANAGED)
-    report = build_report(loaded, replicas, events, cluster.now(), repository)
+    report = build_report(loaded, replicas, events, cluster.now(), repository, revision)
     validate_report(report)
     markdown = render_markdown(report)
     target = Path(report_dir)

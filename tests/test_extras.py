@@ -12,16 +12,15 @@ import pytest
 from tests.conftest import EXAMPLES
 
 
-def test_validate_plan_and_a_sim_reconcile_import_neither_extra(tmp_path):
+def test_validate_plan_and_a_sim_reconcile_need_neither_extra(tmp_path):
     script = textwrap.dedent(f"""
         import sys
+        sys.modules["kubernetes"] = sys.modules["git"] = None  # as if not installed
         from omegitops.cli import main
         assert main(["validate", "--repo", {str(EXAMPLES)!r}]) == 0
         assert main(["plan", "--repo", {str(EXAMPLES)!r}, "--no-forecast"]) in (0, 2)
         assert main(["reconcile", "--repo", {str(EXAMPLES)!r},
                      "--cluster", "sim:{tmp_path / 'c.json'}"]) == 0
-        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("kubernetes", "git"))
-        assert not loaded, loaded
     """)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120, check=False)

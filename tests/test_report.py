@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -115,10 +116,11 @@ def test_markdown_names_every_service(cli, tmp_path):
 def test_report_twice_on_unchanged_state_is_byte_identical(cli, tmp_path):
     cluster_path, report_dir = reconcile(cli, tmp_path, "--until-idle")
     first = {name: (report_dir / name).read_bytes() for name in ("status.json", "STATUS.md")}
+    revision = json.loads(first["status.json"])["revision"]
     loaded = load(EXAMPLES)
     for _ in range(2):
         with SimCluster(cluster_path) as sim:
-            write_report(report_dir, loaded, sim, repository=str(EXAMPLES))
+            write_report(report_dir, loaded, sim, repository=str(EXAMPLES), revision=revision)
         assert {name: (report_dir / name).read_bytes() for name in first} == first
     assert sorted(p.name for p in report_dir.iterdir()) == ["STATUS.md", "status.json"]
 
@@ -244,3 +246,36 @@ def test_schema_rejects_a_wrong_health_word(cli, tmp_path):
     report["services"][0]["components"][0]["health"] = "Fine"
     with pytest.raises(Exception, match="schema"):
         validate_report(report)
+
+
+def test_the_report_names_the_commit_it_read_and_takes_the_umask(cli, tmp_path):
+    """As Argo CD and Flux show the synced revision; and a report is for reading: the
+    mode the user's umask gives (0644 under 022), not a temporary file's 0600."""
+    import os
+    import subprocess
+
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "fleet"], check=True)
+    head = subprocess.run([*git[:3], "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    previous = os.umask(0o027)
+    try:
+        code, _, err = cli("reconcile", "--repo", str(repo), "--cluster",
+                           f"sim:{tmp_path / 'c.json'}", "--report-dir", str(tmp_path / "r"))
+    finally:
+        os.umask(previous)
+    assert code == 0, err
+    report = json.loads((tmp_path / "r" / "status.json").read_text())
+    assert report["revision"] == head
+    assert f"at commit `{head[:12]}`" in (tmp_path / "r" / "STATUS.md").read_text()
+    for name in ("status.json", "STATUS.md"):
+        assert (tmp_path / "r" / name).stat().st_mode & 0o777 == 0o640
+    plain = tmp_path / "plain"
+    shutil.copytree(EXAMPLES, plain)  # a folder outside git: no commit to name
+    assert cli("reconcile", "--repo", str(plain), "--cluster", f"sim:{tmp_path / 'd.json'}",
+               "--report-dir", str(tmp_path / "r2"))[0] == 0
+    assert json.loads((tmp_path / "r2" / "status.json").read_text())["revision"] is None

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         report_dir = repo.root / folder if folder else args.report_dir
         _check_report_dir(report_dir, repo.root if folder else None)
         try:
-            code = _reconcile(args, loaded, items, report_dir, repo.shown)
+            code = _reconcile(args, loaded, items, report_dir, repo.shown, repo.revision)
         except LockHeld as err:
             # One run at a time: another one is doing this work already.
             print(f"omegitops: not running: {err}", file=sys.stderr)
@@ -109,7 +109,8 @@ def _check_report_dir(report_dir, root: Path | None) -> None:
                      "reconciled (remove it, or choose another --report-dir)")
 
 
-def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: str) -> int:
+def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: str,
+               revision: str | None = None) -> int:
     prune, refused = _pruning(args, loaded)
     failed = refused
     with open_cluster(args.cluster) as cluster:
@@ -152,7 +153,8 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
         if report_dir:
             from omegitops.report import write_report
 
-            write_report(report_dir, loaded, cluster, repository=repository)
+            write_report(report_dir, loaded, cluster, repository=repository,
+                         revision=revision)
     print(replica_table(replicas, now, namespaces=True))
     if interrupted is not None:
         name = signal.Signals(interrupted).name

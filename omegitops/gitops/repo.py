@@ -34,6 +34,7 @@ class Checkout:
     git: Git | None = field(default=None, repr=False)  # None for a folder outside git
     cloned: bool = False
     branch: str | None = None  # the branch cloned (None in place: the tracking branch is used)
+    revision: str | None = None  # the commit read (None for a folder outside git)
 
 
 def is_url(repo: str) -> bool:
@@ -77,7 +78,7 @@ def _cloned(url: str, branch: str | None, path: str | None,
         runner = Git(target, env, secrets)
         cloned = branch or runner("rev-parse", "--abbrev-ref", "HEAD").strip()
         yield Checkout(root=target, manifests=_subfolder(target, path), shown=shown,
-                       git=runner, cloned=True, branch=cloned)
+                       git=runner, cloned=True, branch=cloned, revision=_head(runner))
     finally:
         if runner is not None:
             runner.close()
@@ -92,11 +93,38 @@ def _in_place(folder: str, branch: str | None, path: str | None, writable: bool)
     if writable and tree is None:
         raise InputError(f"--commit needs a git work tree; {folder} is not in one")
     if tree is None:
-        return Checkout(root=given, manifests=_subfolder(given, path), shown=folder)
+        return Checkout(root=given, manifests=_subfolder(given, path), shown=folder,
+                        revision=_head_of_folder(given))
     runner = Git(tree, git_environment("", None))
     if branch:
         _require_branch(runner, folder, branch)
-    return Checkout(root=tree, manifests=_subfolder(given, path), shown=folder, git=runner)
+    return Checkout(root=tree, manifests=_subfolder(given, path), shown=folder, git=runner,
+                    revision=_head(runner))
+
+
+def _head(runner: Git) -> str | None:
+    """The commit checked out; None in a repository with no commit yet."""
+    status, out, _ = runner.attempt("rev-parse", "--verify", "-q", "HEAD")
+    return (out.strip() or None) if status == 0 else None
+
+
+def _head_of_folder(folder: Path) -> str | None:
+    """The commit of the work tree holding a folder read in place, when there is one
+    and GitPython is installed (the report names it; nothing else needs git here)."""
+    try:
+        git = require("git", "naming the commit")
+    except InputError:
+        return None
+    try:
+        found = git.Repo(folder, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    try:
+        return found.head.commit.hexsha
+    except ValueError:  # no commit yet
+        return None
+    finally:
+        found.close()
 
 
 def _work_tree(folder: Path) -> Path | None:
