@@ -112,7 +112,9 @@ class PassResult:
     errors: list[str] = field(default_factory=list)
     # InferenceReplicas of components the repository no longer has, left alone
     # without --prune.
-    orphans: list[str] = field(default_factory=list)
+    # InferenceReplicas left alone though no component of the repository accounts for
+    # them: (namespace/name, the service (namespace, name) that made them).
+    orphans: list[tuple[str, tuple[str, str]]] = field(default_factory=list)
     # False when a LIST failed: nothing was planned or written, and the work is unknown.
     observed: bool = True
     # True when RBAC does not grant what the run needs: nothing was written, and the
@@ -169,7 +171,7 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
         if owner in wanted:
             continue
         if prune is None or owner[:2] in prune.keep:
-            result.orphans.append(f"{key[0]}/{key[1]}")
+            result.orphans.append((f"{key[0]}/{key[1]}", owner[:2]))
             continue
         observed = seen.component(*owner)
         try:

@@ -41,7 +41,8 @@ def test_a_removed_service_stays_without_prune(tmp_path, cli):
     (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()
     code, _, err = reconcile(cli, repo, cluster)
     assert code == 0
-    assert "llama-demo/llama-chat-engine: its component is no longer in the repository" in err
+    assert err.count(
+        "llama-demo/llama-chat-engine: its component is no longer in the repository") == 1
     assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
 
 
@@ -78,9 +79,14 @@ def test_an_invalid_manifest_is_never_a_reason_to_delete(tmp_path, cli):
     repo, cluster = setup(tmp_path, cli)
     path = repo / "services" / "llama-demo" / "llama-chat.yaml"
     path.write_text(path.read_text().replace("minReadySeconds: 900", "minReadySeconds: -1"))
-    code, _, _ = reconcile(cli, repo, cluster, "--prune")
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
     assert code == 1  # the invalid manifest is reported
     assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
+    # Said once for the run, and as what it is: kept, not "no longer in the repository".
+    kept = [line for line in err.splitlines() if "llama-chat-engine" in line
+            and "InferenceReplica" in line]
+    assert len(kept) == 1, kept
+    assert "InferenceService llama-demo/llama-chat is invalid, kept" in kept[0]
 
 
 def test_an_unreadable_file_refuses_to_prune(tmp_path, cli):

@@ -312,3 +312,12 @@ def test_validate_checks_the_longest_names_reconcile_makes(tmp_path):
                for p in scenario.pods()) >= 2  # a replacement took a new index
     assert seen.keys() <= checked.keys(), seen.keys() - checked.keys()
     assert {what: length for what, length in seen.items() if length > checked[what]} == {}
+
+
+def test_a_service_without_a_namespace_is_a_warning_naming_it(cli, tmp_path):
+    service = SERVICE.replace("  namespace: demo\n", "")
+    assert service != SERVICE
+    code, out, _ = cli("validate", "--repo", repo_with(tmp_path, service=service))
+    assert code == 0, out
+    assert "InferenceService small has no metadata.namespace: defaulted to default" in \
+        out.split("warnings:")[1]

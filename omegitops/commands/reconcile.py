@@ -116,6 +116,9 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
     with open_cluster(args.cluster) as cluster:
         passes = 0
 
+        warned: set[str] = set()
+        invalid = _present_but_invalid(loaded)
+
         def progress(result) -> None:
             nonlocal failed, passes
             passes += 1
@@ -125,9 +128,17 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
             log.info("pass %d at %s: %d writes, %d of %d components busy", passes,
                      result.now.strftime("%Y-%m-%dT%H:%M:%SZ"), result.applied, len(busy),
                      len(result.plans))
-            for orphan in result.orphans:
-                log.warning("InferenceReplica %s: its component is no longer in the "
-                            "repository; --prune tears it down", orphan)
+            for orphan, owner in result.orphans:
+                if orphan in warned:
+                    continue  # once per run, not once per pass
+                warned.add(orphan)
+                if owner in invalid:
+                    log.warning("InferenceReplica %s: the manifest of InferenceService %s/%s "
+                                "is invalid, kept (an invalid manifest never tears anything "
+                                "down)", orphan, *owner)
+                else:
+                    log.warning("InferenceReplica %s: its component is no longer in the "
+                                "repository; --prune tears it down", orphan)
 
         lost = interrupted = None
         try:
@@ -165,6 +176,13 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
         print(f"omegitops: error: {lost}; stopped after {passes} passes", file=sys.stderr)
         failed = True
     return 1 if failed or not loaded.result.ok else 0
+
+
+def _present_but_invalid(loaded) -> set[tuple[str, str]]:
+    """Services whose manifest is in the repository but invalid this run."""
+    valid = {m.id for m in loaded.result.catalog.services}
+    return {(m.id.namespace, m.id.name) for m in loaded.repo.manifests
+            if m.id.kind == INFERENCE_SERVICE and m.id not in valid}
 
 
 class Interrupted(Exception):

@@ -174,6 +174,10 @@ def service_warnings(service: Manifest, runtime: Manifest | None,
     gate with the documented reason."""
     runtime_data = runtime.data if runtime else None
     warnings = []
+    if not (service.data.get("metadata") or {}).get("namespace"):
+        warnings.append(service.error(("metadata",), (
+            f"InferenceService {service.id.name} has no metadata.namespace: defaulted to "
+            "default, where its InferenceReplicas and pods go")))
     for component in components_of(service.data, runtime_data):
         if resolve_mode(service.data, runtime_data, component, operator).value != OMENATIVE:
             continue
