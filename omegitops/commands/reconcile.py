@@ -169,13 +169,17 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
     print(replica_table(replicas, now, namespaces=True))
     if interrupted is not None:
         name = signal.Signals(interrupted).name
-        print(f"omegitops: interrupted by {name} after {passes} passes; what they applied is "
+        print(f"omegitops: interrupted by {name} after {_passes(passes)}; what they applied is "
               "kept" + (" and the report written" if report_dir else ""), file=sys.stderr)
         return 128 + interrupted
     if lost is not None:
-        print(f"omegitops: error: {lost}; stopped after {passes} passes", file=sys.stderr)
+        print(f"omegitops: error: {lost}; stopped after {_passes(passes)}", file=sys.stderr)
         failed = True
     return 1 if failed or not loaded.result.ok else 0
+
+
+def _passes(count: int) -> str:
+    return f"{count} pass" if count == 1 else f"{count} passes"
 
 
 def _present_but_invalid(loaded) -> set[tuple[str, str]]:
