@@ -127,3 +127,16 @@ def test_open_cluster_parses_the_cluster_spec(tmp_path):
         open_cluster("kube:prod")
     with pytest.raises(UsageError):
         open_cluster("etcd://x")
+
+
+def test_a_pod_entry_without_metadata_is_a_one_line_error(tmp_path, cli):
+    """A hand-edited state file with a broken object: the error names it, no traceback."""
+    path = tmp_path / "cluster.json"
+    SimCluster.init(path)
+    state = json.loads(path.read_text())
+    state["objects"].setdefault("Pod", {})["demo/broken"] = {"spec": {}}
+    path.write_text(json.dumps(state))
+    code, _, err = cli("get", "irep", "--cluster", f"sim:{path}")
+    assert code == 1
+    assert err.strip() == (f"omegitops: error: {path}: not a valid simulated cluster state "
+                           "(Pod 'demo/broken' has no metadata.name); refusing to overwrite it")

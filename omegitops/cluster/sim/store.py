@@ -80,6 +80,10 @@ def check_shape(state: object) -> None:
     for kind, objects in state["objects"].items():
         if not isinstance(objects, dict) or not all(isinstance(o, dict) for o in objects.values()):
             raise StateError(f"objects of kind {kind!r} are not a map of objects")
+        for key, obj in objects.items():
+            meta = obj.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+                raise StateError(f"{kind} {key!r} has no metadata.name")
     sim = state["sim"]
     for key in ("pods", "nodes", "faults"):
         if not isinstance(sim.get(key), dict):
