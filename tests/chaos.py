@@ -456,7 +456,11 @@ class Campaign:
     def pod_fault(self, kind: str, svc: Service, duration: int) -> None:
         pods = self.pods_of(svc)
         if kind == "node-down":
-            pods = [p for p in pods if P.node_of(p)]
+            # A pod whose node was removed stays listed until PodGC takes it: its node
+            # can no longer go down.
+            with SimCluster(self.path) as cluster:
+                nodes = {n["metadata"]["name"] for n in cluster.list_objects("Node")}
+            pods = [p for p in pods if P.node_of(p) in nodes]
         if not pods:
             return
         pod = self.rng.choice(pods)

@@ -526,3 +526,29 @@ def test_an_extra_pod_on_an_instance_that_needs_no_start_does_not_stall_the_roll
     target = scenario.replica(NAME)["spec"]["revision"]
     assert [r["revision"] for r in scenario.rows(NAME)] == [target, target]
     assert not scenario.status(NAME).get("rolloutHold")
+
+
+def test_a_fresh_start_cut_short_rebuilds_the_whole_gang(tmp_path):
+    """Campaign seed 80: the pass that fresh-starts a Failed gang (a reset) is killed
+    after the InferenceReplica and one deletion. The pod left undeleted ran the newest
+    revision already, so nothing removed it: the gang was rebuilt around a pod of the
+    failed attempt, and partly live meanwhile. Now every old pod goes first."""
+    repo = tmp_path / "repo"
+    base = {"replicas": 1, "workers": 1, "grace": 5,
+            "values": {"lifecycle": {"instanceReadyTimeout": "2m"}}}
+    write_service(repo, **base)
+    scenario = Scenario(tmp_path, repo)
+    scenario.fault("unschedulable")
+    scenario.until(lambda s: s.rows(NAME)[0]["phase"] == "Failed")
+    scenario.fault("unschedulable", clear=True)
+    old = {p["metadata"]["uid"] for p in scenario.pods()}
+    assert len(old) == 2
+    with SimCluster(scenario.path) as cluster:
+        replica = cluster.get_object("InferenceReplica", "demo", NAME)
+        replica["metadata"].setdefault("annotations", {})["ome.io/reset-instances"] = "all"
+        cluster.replace_object(replica)
+    scenario.run_pass(kill_after=3)  # the InferenceReplica, then one of the two deletions
+    assert len(old & {p["metadata"]["uid"] for p in scenario.pods()}) == 1  # one survived
+    scenario.until_idle()
+    _assert_on_target(scenario)
+    assert not old & {p["metadata"]["uid"] for p in scenario.pods()}

@@ -53,6 +53,7 @@ def step_create(work: Work, row: dict) -> None:
             return
         created = work.create_pods(row, row["revision"], row["incarnation"],
                                    row.get("ordinal", 0), pods.pods)
+        operation.pop("fresh", None)  # the old pods are gone: these are the new ones
         if not created:
             operation["step"] = WAIT_READY
         return
@@ -108,14 +109,20 @@ def clear_leftovers(work: Work, row: dict) -> bool:
     to be created: delete the ended ones and wait for all of them to go. So would a
     live pod of another revision, which a pass cut short before it deleted what a
     fresh start replaces leaves: completing the Instance beside it would mix two
-    revisions in one gang, so it goes too (out of rotation first)."""
+    revisions in one gang, so it goes too (out of rotation first). After a fresh start
+    every old pod goes, whatever its revision: a pass cut short may have deleted only
+    some of them, and a new gang is never completed beside an old one's pods."""
     leftovers = [p for p in work.groups.get(row["index"], [])
                  if P.is_terminating(p) or P.has_ended(p)]
     for pod in leftovers:
         if P.has_ended(pod):
             work.delete(pod, 0)
-    stale = [p for p in work.own_pods(row) if not P.is_terminating(p)
-             and not P.has_ended(p) and P.revision_of(p) != row["revision"]]
+    fresh = (row.get("operation") or {}).get("fresh")
+    stale = [p for p in work.groups.get(row["index"], []) if not P.is_terminating(p)
+             and not P.has_ended(p) and (fresh or P.revision_of(p) != row["revision"])]
+    if not fresh:
+        own = {p["metadata"]["name"] for p in work.own_pods(row)}
+        stale = [p for p in stale if p["metadata"]["name"] in own]
     work.delete_unrouted(stale)
     if leftovers:
         work.wake(min(P.deletion_deadline(p) or work.now for p in leftovers))

@@ -224,6 +224,8 @@ def _fresh_start(work: Work, row: dict) -> None:
     """
     row.update(phase=CREATING, revision=work.desired.revision,
                operation=work.operation(CREATE, CREATE_PODS))
+    # Every old pod goes, even one this pass fails to delete: CreatePods sees to it.
+    row["operation"]["fresh"] = True
     row.pop("ordinal", None)
     pods = work.groups.get(row["index"], [])
     for pod in pods:
