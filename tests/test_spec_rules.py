@@ -1,6 +1,6 @@
 """Rules of the documents the product once differed from, one scenario each, on the
 simulated cluster with the invariants checked after every pass. The same scenarios
-run on the real control plane in ``tests/controlplane/test_spec_rules.py``."""
+run on the real control plane in ``tests/controlplane/test_documented_rules.py``."""
 
 from __future__ import annotations
 
