@@ -122,16 +122,20 @@ def _count_errors(service: Manifest, runtime: Manifest | None,
             f"{low} is more than maxReplicas {high}{_from(runtime, low_path)}: "
             "the component could never run its minimum"))]
     pods = 1 + lifecycle.worker_size if lifecycle.shape == GANG else 1
-    if lifecycle.replicas * pods > MAX_CLUSTER_PODS:
+    # At least one Instance: at zero replicas the names and templates are still built
+    # for one (a billion workers made validation run out of memory), and the component
+    # could never be scaled up.
+    instances = max(lifecycle.replicas, 1)
+    if instances * pods > MAX_CLUSTER_PODS:
         # Point at the factor that is out of reach by itself: a worker count, or the replicas.
         _, size_path = _effective(service, runtime, component, ("worker", "size"))
         where = (size_path if pods > MAX_CLUSTER_PODS else low_path) or \
             ("spec", component, "worker" if pods > MAX_CLUSTER_PODS else "minReplicas")
-        count = "1 Instance" if lifecycle.replicas == 1 else f"{lifecycle.replicas} Instances"
+        count = "1 Instance" if instances == 1 else f"{instances} Instances"
         shape = f"of {pods} pods" if pods > 1 else "of one pod"
-        verb = "needs" if lifecycle.replicas == 1 else "need"
+        verb = "needs" if instances == 1 else "need"
         return [service.error(where, (
-            f"{count} {shape} {verb} {lifecycle.replicas * pods} pods, more than a Kubernetes "
+            f"{count} {shape} {verb} {instances * pods} pods, more than a Kubernetes "
             f"cluster can run (at most {MAX_CLUSTER_PODS} pods)"))]
     return []
 
