@@ -453,11 +453,9 @@ def test_a_revision_is_stored_before_any_pod_is_built_from_it(tmp_path):
     assert not scenario.events("RevisionMissing")
 
 
-def test_a_fresh_start_cut_short_never_completes_a_gang_beside_its_old_pods(tmp_path):
-    """Campaign seed 4: a reset rebuilds a Failed gang at a newer revision; the pass is
-    killed after the InferenceReplica write, before it deleted the old pods, and one of
-    them is lost meanwhile. The next pass created the lost pod at the new revision beside
-    the survivor at the old one (a gang mixing revisions). Now the survivor goes first."""
+def _failed_gang(tmp_path, **more) -> Scenario:
+    """A one-Instance gang whose Create failed (nowhere to schedule it, past its 2m
+    deadline), with the cause cleared and the repository rewritten with ``more``."""
     repo = tmp_path / "repo"
     base = {"replicas": 1, "workers": 1, "grace": 5,
             "values": {"lifecycle": {"instanceReadyTimeout": "2m"}}}
@@ -466,11 +464,25 @@ def test_a_fresh_start_cut_short_never_completes_a_gang_beside_its_old_pods(tmp_
     scenario.fault("unschedulable")
     scenario.until(lambda s: s.rows(NAME)[0]["phase"] == "Failed")
     scenario.fault("unschedulable", clear=True)
-    write_service(repo, **base, image="sglang:v2")
+    write_service(repo, **base, **more)
+    return scenario
+
+
+def _reset_all(scenario: Scenario) -> None:
+    """The operator's ``kubectl annotate inferencereplica ... ome.io/reset-instances=all``."""
     with SimCluster(scenario.path) as cluster:
         replica = cluster.get_object("InferenceReplica", "demo", NAME)
         replica["metadata"].setdefault("annotations", {})["ome.io/reset-instances"] = "all"
         cluster.replace_object(replica)
+
+
+def test_a_fresh_start_cut_short_never_completes_a_gang_beside_its_old_pods(tmp_path):
+    """Campaign seed 4: a reset rebuilds a Failed gang at a newer revision; the pass is
+    killed after the InferenceReplica write, before it deleted the old pods, and one of
+    them is lost meanwhile. The next pass created the lost pod at the new revision beside
+    the survivor at the old one (a gang mixing revisions). Now the survivor goes first."""
+    scenario = _failed_gang(tmp_path, image="sglang:v2")
+    _reset_all(scenario)
     scenario.run_pass(kill_after=2)
     assert scenario.rows(NAME)[0]["operation"]["step"] == "CreatePods"
     with SimCluster(scenario.path) as cluster:
@@ -533,20 +545,10 @@ def test_a_fresh_start_cut_short_rebuilds_the_whole_gang(tmp_path):
     after the InferenceReplica and one deletion. The pod left undeleted ran the newest
     revision already, so nothing removed it: the gang was rebuilt around a pod of the
     failed attempt, and partly live meanwhile. Now every old pod goes first."""
-    repo = tmp_path / "repo"
-    base = {"replicas": 1, "workers": 1, "grace": 5,
-            "values": {"lifecycle": {"instanceReadyTimeout": "2m"}}}
-    write_service(repo, **base)
-    scenario = Scenario(tmp_path, repo)
-    scenario.fault("unschedulable")
-    scenario.until(lambda s: s.rows(NAME)[0]["phase"] == "Failed")
-    scenario.fault("unschedulable", clear=True)
+    scenario = _failed_gang(tmp_path)
     old = {p["metadata"]["uid"] for p in scenario.pods()}
     assert len(old) == 2
-    with SimCluster(scenario.path) as cluster:
-        replica = cluster.get_object("InferenceReplica", "demo", NAME)
-        replica["metadata"].setdefault("annotations", {})["ome.io/reset-instances"] = "all"
-        cluster.replace_object(replica)
+    _reset_all(scenario)
     scenario.run_pass(kill_after=3)  # the InferenceReplica, then one of the two deletions
     assert len(old & {p["metadata"]["uid"] for p in scenario.pods()}) == 1  # one survived
     scenario.until_idle()

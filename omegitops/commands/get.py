@@ -15,15 +15,11 @@ from datetime import datetime
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.commands.common import print_json, print_yaml, table
-from omegitops.errors import OmegitopsError
+from omegitops.commands.instance import NotFoundError
 from omegitops.reconcile import MANAGED
 from omegitops.views import age, replica_view
 
 RESOURCE = "inferencereplica.ome.io"
-
-
-class NotFoundError(OmegitopsError):
-    pass
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -40,6 +40,12 @@ def failure_record(work: Work, pod: dict, reason: str, message: str,
             "exitCode": exit_code, "message": message, "time": format_time(work.now)}
 
 
+def lost_record(work: Work, pod: str | None, message: str) -> dict:
+    """The failure of a pod that is gone: its name, and when a pass found it missing."""
+    return {"pod": pod, "container": None, "reason": "PodLost", "exitCode": None,
+            "message": message, "time": format_time(work.now)}
+
+
 def ended_failure(work: Work, pod: dict) -> dict:
     """Why a pod ended: its own reason (Evicted) or its main container's."""
     status = pod.get("status") or {}

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegitops.cluster.times import format_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.budgets import scaled_value
-from omegitops.lifecycle.failures import ended_failure, failure_record
+from omegitops.lifecycle.failures import ended_failure, failure_record, lost_record
 from omegitops.lifecycle.instance import InstancePods, instance_pods
 from omegitops.lifecycle.templates import MAIN_CONTAINER
 from omegitops.lifecycle.work import READY, RESTART, Work
@@ -99,9 +98,7 @@ def find_trigger(work: Work, row: dict) -> Trigger | None:
         gone = sorted(set(_own_names(work, row)) - {p["metadata"]["name"] for p in live})
         text = (f"{len(live)}/{work.needed} pods remain"
                 + (f" (pod {gone[0]} is gone)" if gone else ""))
-        # The pod is gone: what is known is its name and when a pass found it missing.
-        failure = {"pod": gone[0] if gone else None, "container": None, "reason": "PodLost",
-                   "exitCode": None, "message": text, "time": format_time(work.now)}
+        failure = lost_record(work, gone[0] if gone else None, text)
         return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
     if policy == RECREATE_INSTANCE:
         for pod in live:

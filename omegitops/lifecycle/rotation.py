@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import SetServing
+from omegitops.lifecycle.operations import CREATE_PODS, DELETE_PODS, UNROUTE, WAIT_GONE, WAIT_READY
 from omegitops.lifecycle.work import CREATE, DELETE, DRAIN, FAILED, RESTART, UPDATE, Work
 
 # The steps of a bring-up before its pods are admitted, and of a teardown.
-_OUT_STEPS = ("Unroute", "DeletePods", "WaitGone", "CreatePods", "WaitReady")
+_OUT_STEPS = (UNROUTE, DELETE_PODS, WAIT_GONE, CREATE_PODS, WAIT_READY)
 
 
 def converge_rotation(work: Work) -> None:

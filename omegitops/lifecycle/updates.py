@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import copy
 
-from omegitops.cluster.times import format_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import PatchImages
-from omegitops.lifecycle.failures import check_instance, check_pods, ended_failure, revision_caused
+from omegitops.lifecycle.failures import (
+    check_instance,
+    check_pods,
+    ended_failure,
+    lost_record,
+    revision_caused,
+)
 from omegitops.lifecycle.missing import REVISION_MISSING, ready_to_build
 from omegitops.lifecycle.operations import (
     CREATE_PODS,
@@ -313,9 +318,8 @@ def _loss(work: Work, lost: list[dict]) -> dict:
         if P.has_ended(pod):
             return ended_failure(work, pod)
     names = sorted(p["metadata"]["name"] for p in lost)
-    return {"pod": names[0] if names else None, "container": None, "reason": "PodLost",
-            "exitCode": None, "message": "the replacement's pods are gone or terminating",
-            "time": format_time(work.now)}
+    return lost_record(work, names[0] if names else None,
+                       "the replacement's pods are gone or terminating")
 
 
 def _surge_failed(work: Work, row: dict, failure: dict, new_live: list[dict]) -> None:

@@ -130,9 +130,12 @@ def percentage_errors(manifest: Manifest) -> list[ManifestError]:
 
 
 def service_errors(
-    service: Manifest, runtime: Manifest | None, runtimes: dict, operator: OperatorSettings
+    service: Manifest, runtime: Manifest | None, runtimes: dict, operator: OperatorSettings,
+    warnings: list[ManifestError] | None = None,
 ) -> list[ManifestError]:
-    """Checks that need the service's runtime and the operator settings."""
+    """Checks that need the service's runtime and the operator settings; what a valid
+    OMENative component may do but will regret goes into ``warnings``, from the same
+    resolution."""
     ref_path = ("spec", "runtime", "name")
     name = dig(service.data, ref_path)
     errors = []
@@ -163,27 +166,17 @@ def service_errors(
             errors.extend(planned)
             continue
         errors.extend(_derived_name_errors(service, lifecycle))
+        if warnings is not None:
+            warnings.extend(_stuck_budget_warnings(service, lifecycle))
     return errors
 
 
-def service_warnings(service: Manifest, runtime: Manifest | None,
-                     operator: OperatorSettings) -> list[ManifestError]:
-    """What a valid service may do but will regret: budgets with which no Instance can
-    move. update-strategies.txt makes only an invalid operator default an error; in a
-    service or a runtime a zero budget is legal, and every change holds at the Budget
-    gate with the documented reason."""
-    runtime_data = runtime.data if runtime else None
-    warnings = []
-    if not (service.data.get("metadata") or {}).get("namespace"):
-        warnings.append(service.error(("metadata",), (
-            f"InferenceService {service.id.name} has no metadata.namespace: defaulted to "
-            "default, where its InferenceReplicas and pods go")))
-    for component in components_of(service.data, runtime_data):
-        if resolve_mode(service.data, runtime_data, component, operator).value != OMENATIVE:
-            continue
-        lifecycle = resolve_component(service.data, runtime_data, component, operator)
-        warnings.extend(_stuck_budget_warnings(service, lifecycle))
-    return warnings
+def _namespace_warnings(service: Manifest) -> list[ManifestError]:
+    if (service.data.get("metadata") or {}).get("namespace"):
+        return []
+    return [service.error(("metadata",), (
+        f"InferenceService {service.id.name} has no metadata.namespace: defaulted to "
+        "default, where its InferenceReplicas and pods go"))]
 
 
 def _derived_name_errors(service: Manifest, lifecycle: ComponentLifecycle) -> list[ManifestError]:
@@ -288,7 +281,8 @@ def validate_repository(repo: Repository, operator: OperatorSettings) -> Validat
     ambiguous: set[ResourceId] = set()
     for service in (m for m in candidates if m.id.kind == INFERENCE_SERVICE):
         runtime = catalog.runtime_for(service)
-        problems = service_errors(service, runtime, all_runtimes, operator)
+        regrets: list[ManifestError] = []
+        problems = service_errors(service, runtime, all_runtimes, operator, regrets)
         managed = not problems and _is_managed(service, runtime, operator)
         if managed and len(copies[service.id]) > 1:
             ambiguous.add(service.id)
@@ -304,7 +298,10 @@ def validate_repository(repo: Repository, operator: OperatorSettings) -> Validat
             catalog.services.append(service)
             valid.append(service)
             if managed:
-                warnings.extend(service_warnings(service, runtime, operator))
+                # update-strategies.txt makes only an invalid operator default an error:
+                # a zero budget in a service or runtime is legal, and holds at the Budget
+                # gate.
+                warnings.extend(_namespace_warnings(service) + regrets)
     for rid, defined in copies.items():
         if len(defined) < 2:
             continue
