@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegitops.cluster.base import Cluster
-from omegitops.cluster.times import format_time, parse_time, to_datetime
+from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle.durations import format_duration
 from omegitops.lifecycle.replica import decode_rows
 from omegitops.manifests.load import ServiceComponent
 from omegitops.reconcile import IDLE, MANAGED, PassResult, run_until_idle
 
 DEFAULT_BUDGET_SECONDS = 7200.0
-GANTT_TIME = "%Y-%m-%dT%H:%M:%S"
 
 
 # -- samples -----------------------------------------------------------------------
@@ -175,23 +174,130 @@ def not_updated(samples: list[Sample]) -> list[dict[str, Any]]:
     return out
 
 
-def gantt(spans: list[Span]) -> str | None:
-    """A Mermaid gantt chart: a section per component, a bar per Instance operation."""
+# Past this many Instance operations, the gantt draws one bar per batch.
+MAX_BARS = 30
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of the gantt: an Instance operation, or a batch of them started together."""
+
+    service: str
+    component: str
+    label: str
+    start: float
+    end: float
+    outcome: str
+
+
+def batches(spans: list[Span]) -> list[Bar]:
+    """Spans of one component started by the same pass, as one bar each."""
+    groups: dict[tuple[str, str, float, str], list[Span]] = {}
+    for span in spans:
+        kind = span.label.split(" ", 2)[-1] if span.label.startswith("Instance ") else span.label
+        groups.setdefault((span.service, span.component, span.start, kind), []).append(span)
+    bars = []
+    for (service, component, start, kind), members in groups.items():
+        indices = sorted(m.index for m in members)
+        who = (f"Instance {indices[0]}" if len(indices) == 1
+               else f"{len(indices)} Instances ({_ranges(indices)})")
+        outcome = next((o for o in ("failed", "running") if any(m.outcome == o for m in members)),
+                       "done")
+        bars.append(Bar(service, component, f"{who} {kind}", start,
+                        max(m.end for m in members), outcome))
+    return sorted(bars, key=lambda b: (b.service, b.component, b.start, b.label))
+
+
+def _ranges(indices: list[int]) -> str:
+    """``0-3, 6``."""
+    out, first, last = [], indices[0], indices[0]
+    for index in indices[1:] + [None]:
+        if index is not None and index == last + 1:
+            last = index
+            continue
+        out.append(str(first) if first == last else f"{first}-{last}")
+        if index is not None:
+            first = last = index
+    return ", ".join(out)
+
+
+def gantt(spans: list[Span], origin: float | None = None) -> str | None:
+    """A Mermaid gantt chart: a section per component, a bar per Instance operation (per
+    batch past ``MAX_BARS``), on an axis of time since the rollout's start (``origin``,
+    by default the first span's start), so that it reads as durations, not dates."""
     if not spans:
         return None
-    lines = ["gantt", "    dateFormat YYYY-MM-DDTHH:mm:ss", "    axisFormat %H:%M",
-             "    todayMarker off"]
+    origin = min(s.start for s in spans) if origin is None else origin
+    bars = [Bar(s.service, s.component, s.label, s.start, s.end, s.outcome) for s in spans]
+    if len(bars) > MAX_BARS:
+        bars = batches(spans)
+    left_out = 0
+    if len(bars) > MAX_BARS:
+        bars = rollouts(spans)
+        # The longest rollouts are the ones a reviewer needs to see.
+        kept = sorted(bars, key=lambda b: (b.start - b.end, b.service, b.component))[:MAX_BARS]
+        left_out = len(bars) - len(kept)
+        bars = sorted(kept, key=lambda b: (b.service, b.component))
+    longest = max(b.end for b in bars) - origin
+    # Mermaid draws dates in the reader's time zone; a whole-hour offset leaves minutes and
+    # seconds since the start unchanged, which is what the axis shows under an hour.
+    axis = "%M:%S" if longest < 3600 else "%H:%M"
+    lines = ["gantt", "    dateFormat X", f"    axisFormat {axis}", "    todayMarker off"]
     section = None
-    for number, span in enumerate(spans, start=1):
-        title = f"{span.service} {span.component}"
+    for number, bar in enumerate(bars, start=1):
+        title = f"{bar.service} {bar.component}"
         if title != section:
             lines.append(f"    section {_mermaid_text(title)}")
             section = title
-        tags = {"failed": "crit, ", "running": "active, "}.get(span.outcome, "")
-        start = to_datetime(span.start).strftime(GANTT_TIME)
-        seconds = max(1, round(span.end - span.start))
-        lines.append(f"    {_mermaid_text(span.label)} :{tags}op{number}, {start}, {seconds}s")
+        tags = {"failed": "crit, ", "running": "active, "}.get(bar.outcome, "")
+        offset = max(0, round(bar.start - origin))
+        seconds = max(1, round(bar.end - bar.start))
+        lines.append(f"    {_mermaid_text(bar.label)} ({format_duration(seconds)}) "
+                     f":{tags}op{number}, {offset}, {offset + seconds}")
+    if left_out:
+        lines.append(f"    section {left_out} shorter rollouts not drawn")
     return "\n".join(lines)
+
+
+def rollouts(spans: list[Span]) -> list[Bar]:
+    """One bar per component: its whole rollout, with how many operations and batches."""
+    groups: dict[tuple[str, str], list[Span]] = {}
+    for span in spans:
+        groups.setdefault((span.service, span.component), []).append(span)
+    bars = []
+    for (service, component), members in sorted(groups.items()):
+        batches_ = len({m.start for m in members})
+        outcome = next((o for o in ("failed", "running") if any(m.outcome == o for m in members)),
+                       "done")
+        label = (f"{len(members)} Instance operation{'' if len(members) == 1 else 's'} in "
+                 f"{batches_} batch{'' if batches_ == 1 else 'es'}")
+        bars.append(Bar(service, component, label, min(m.start for m in members),
+                        max(m.end for m in members), outcome))
+    return bars
+
+
+def component_forecasts(spans: list[Span], lows: list[dict[str, Any]],
+                        origin: float) -> dict[str, dict[str, Any]]:
+    """Per component (``service component``): Instance operations, batches, when its
+    rollout starts and ends relative to the forecast's start, and its lowest capacity."""
+    out: dict[str, dict[str, Any]] = {}
+    by_key: dict[tuple[str, str], list[Span]] = {}
+    for span in spans:
+        by_key.setdefault((span.service, span.component), []).append(span)
+    low_by_key = {(low["service"], low["component"]): low for low in lows}
+    for key, members in sorted(by_key.items()):
+        first = min(m.start for m in members)
+        last = max(m.end for m in members)
+        out[f"{key[0]} {key[1]}"] = {
+            "operations": len(members),
+            "batches": len({m.start for m in members}),
+            "failed": sum(1 for m in members if m.outcome == "failed"),
+            "startsAfter": format_duration(first - origin) if first > origin else None,
+            "seconds": round(last - first),
+            "duration": format_duration(last - first),
+            "lowest": low_by_key.get(key),
+        }
+    return out
 
 
 def _mermaid_text(text: str) -> str:
@@ -223,7 +329,8 @@ def summarize(samples: list[Sample], stop: str, errors: list[str],
         "failedOperations": sum(1 for span in spans if span.outcome == "failed"),
         "notUpdated": not_updated(samples),
         "spans": [span.to_dict() for span in spans],
-        "mermaid": gantt(spans),
+        "components": component_forecasts(spans, lows, start),
+        "mermaid": gantt(spans, start),
         "errors": errors,
     }
 

@@ -312,6 +312,53 @@ def revision_change(desired: DesiredComponent, observed: ObservedComponent) -> d
     return {"old": old, "new": new, "changed": changed}
 
 
+def lifecycle_changes(desired: DesiredComponent,
+                      observed: ObservedComponent) -> list[dict[str, Any]]:
+    """Lifecycle fields whose value differs from what the InferenceReplica recorded when
+    it was last reconciled, ``old → new`` (nothing for a component new to the cluster)."""
+    spec = (observed.replica or {}).get("spec")
+    if not spec:
+        return []
+    before = {"replicas": spec.get("replicas"), "minReadySeconds": spec.get("minReadySeconds"),
+              **_flatten(spec.get("lifecycle") or {})}
+    lifecycle = desired.lifecycle
+    after = {"replicas": lifecycle.replicas, "minReadySeconds": lifecycle.min_ready_seconds,
+             **_flatten(lifecycle.lifecycle_spec())}
+    return [{"field": name, "old": before.get(name), "new": after.get(name)}
+            for name in sorted(set(before) | set(after))
+            if before.get(name) != after.get(name)]
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def template_unified_diff(old: dict[str, dict] | None, new: dict[str, dict],
+                          old_name: str, new_name: str) -> str | None:
+    """The pod templates as a unified diff of their YAML, runner by runner (None when
+    the old revision's templates are not stored)."""
+    if old is None:
+        return None
+    import difflib
+
+    import yaml
+
+    def text(templates: dict[str, dict]) -> list[str]:
+        return yaml.safe_dump(templates, sort_keys=True, default_flow_style=False,
+                              width=1000).splitlines(keepends=True)
+
+    lines = difflib.unified_diff(text(old), text(new), fromfile=old_name, tofile=new_name,
+                                 n=2)
+    return "".join(lines) or None
+
+
 def next_step(planned: PlannedComponent) -> list[str]:
     """The writes this pass would make, in the order ``reconcile`` applies them."""
     plan, observed = planned.plan, planned.observed
@@ -365,6 +412,10 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
         "conditions": [],
         "warnings": [],
         "changes": False,
+        "changed": False,
+        "lifecycleChanges": [],
+        "templateDiff": None,
+        "toMove": 0,
     }
     desired, observed, plan = planned.desired, planned.observed, planned.plan
     if desired is None or observed is None or plan is None:
@@ -374,7 +425,17 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
     old_templates = None
     if revision["old"] is not None:
         old_templates = stored_templates(observed.revisions, revision["old"])
+    diff = None
+    if revision["old"] is not None and revision["old"] != revision["new"]:
+        diff = template_unified_diff(old_templates, desired.templates, revision["old"],
+                                     revision["new"])
+    rows = decode_rows(status.get("instances"))
     view.update(
+        lifecycleChanges=lifecycle_changes(desired, observed),
+        templateDiff=diff,
+        toMove=sum(1 for row in rows
+                   if row.get("revision") != desired.revision and row.get("surgeOf") is None
+                   and row.get("phase") != "Deleting"),
         revision=revision,
         nextStep=next_step(planned),
         instances=instance_lines(plan),
@@ -385,6 +446,9 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
                                                           desired.templates)],
         changes=not plan.is_noop,
     )
+    # What the reviewer asks first: does this component change at all?
+    view["changed"] = bool(revision["old"] != revision["new"] or view["lifecycleChanges"]
+                           or view["changes"])
     return view
 
 
@@ -440,13 +504,69 @@ def summary_line(summary: dict[str, int]) -> str:
     return text
 
 
-def render_markdown(document: dict) -> str:
+# Errors and warnings listed in full up to this many each; the JSON has them all.
+LIMITS = {"errors": 50, "warnings": 50}
+# Room kept for the closing lines when a size limit applies.
+TAIL_RESERVE = 3000
+FULL_PLAN = "the full plan is in the run's summary and its artifact"
+
+
+def render_markdown(document: dict, max_chars: int | None = None,
+                    limit_note: str = FULL_PLAN) -> str:
+    """The plan as Markdown, top down: summary, errors and warnings, forecast, then the
+    changed components; unchanged ones are counted. With ``max_chars``, components are
+    left out whole (and named) once the next would not fit, never cut inside markup."""
     from omegitops.report import environment
 
     env = environment()
     env.filters["code"] = _code
     env.filters["value"] = show_value
-    return env.get_template(TEMPLATE).render(plan=document)
+    env.filters["fence_safe"] = _fence_safe
+    module = env.get_template(TEMPLATE).make_module({"limits": LIMITS})
+    components = document["components"]
+    changed = [c for c in components if c["managed"] and c["changed"]]
+    unchanged = sum(1 for c in components if c["managed"] and not c["changed"])
+    unmanaged = sum(1 for c in components if not c["managed"])
+    per_component = (document.get("forecast") or {}).get("components") or {}
+    parts = [str(module.head(document)).strip()]
+    if changed:
+        parts.append(str(module.changed_header(document, len(changed))).strip())
+    size = sum(len(p) + 2 for p in parts)
+    omitted: list[str] = []
+    for c in changed:
+        name = f"{c['service']} {c['component']}"
+        part = str(module.component(c, per_component.get(name))).strip()
+        if omitted or (max_chars is not None and size + len(part) + TAIL_RESERVE > max_chars):
+            omitted.append(name)
+            continue
+        parts.append(part)
+        size += len(part) + 2
+    parts.append(str(module.tail(document, unchanged, unmanaged, omitted, limit_note)).strip())
+    out = "\n\n".join(p for p in parts if p) + "\n"
+    if max_chars is not None and len(out) > max_chars:
+        out = _cut_lines(out, max_chars, limit_note)
+    return out
+
+
+def _cut_lines(text: str, max_chars: int, limit_note: str) -> str:
+    """A last resort when even the head is too long: whole lines, outside any fence."""
+    note = f"\n\n**The plan is cut here** ({limit_note}).\n"
+    kept, size, fenced = [], 0, False
+    for line in text.splitlines(keepends=True):
+        if size + len(line) + len(note) + 4 > max_chars:
+            break
+        kept.append(line)
+        size += len(line)
+        if line.startswith("```"):
+            fenced = not fenced
+    return "".join(kept) + ("```\n" if fenced else "") + note
+
+
+def _fence_safe(text: str) -> str:
+    """Text for inside a fenced block: no line that would close it, a final newline."""
+    lines = [("\u200b" + line) if line.lstrip().startswith("```") else line
+             for line in text.splitlines()]
+    return "\n".join(lines) + "\n"
 
 
 def _code(value: Any) -> str:

@@ -758,6 +758,9 @@ def inference_replica_document() -> Schema:
                 "startedAt": time,
                 "deadline": nullable(time),
                 "waiting": nullable(string),
+                # The last pass that saw an outside hold, and when the hold ended.
+                "heldAt": time,
+                "holdEnded": time,
                 "targetRevision": nullable(revision),
                 "attempt": count,
             },

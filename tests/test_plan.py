@@ -276,10 +276,11 @@ def test_spans_run_from_the_operation_start_to_the_pass_that_saw_it_end():
     (low,) = lowest_capacity(samples)
     assert (low["text"], low["fraction"], low["at"]) == ("1/2", 0.5, "2026-09-27T08:01:00Z")
     chart = gantt([span])
+    # Time since the rollout's start, so the chart reads as durations, not dates.
     assert chart.splitlines() == [
-        "gantt", "    dateFormat YYYY-MM-DDTHH:mm:ss", "    axisFormat %H:%M",
+        "gantt", "    dateFormat X", "    axisFormat %M:%S",
         "    todayMarker off", "    section ns/svc engine",
-        "    Instance 0 Update (Surge) :op1, 2026-09-27T08:00:00, 300s"]
+        "    Instance 0 Update (Surge) (5m) :op1, 0, 300"]
 
 
 def test_failed_and_unfinished_operations_are_marked():
@@ -346,10 +347,11 @@ def test_markdown_has_a_summary_details_and_a_mermaid_gantt(cli):
     assert code == 0
     assert out.startswith("**Plan: 7 of 7 managed components to change; 0 warnings; "
                           "0 validation errors.**")
-    assert out.count("<details>") == 7 and out.count("</details>") == 7
-    assert "| minReadySeconds | 900 | isvc |" in out
-    assert "```mermaid\ngantt\n    dateFormat YYYY-MM-DDTHH:mm:ss\n" in out
-    assert "Instance 0 Create :op" in out
+    # Each changed component in its own block, closed before the next begins.
+    assert out.count("<details>") == out.count("</details>")
+    assert out.count("<details><summary><b>") == 7
+    assert "```mermaid\ngantt\n    dateFormat X\n" in out
+    assert "Instance 0 Create (" in out
     assert cli("plan", "--repo", str(EXAMPLES))[1] == out  # deterministic
 
 
@@ -405,7 +407,10 @@ def test_an_image_change_shows_the_revision_diff_a_surge_and_its_forecast(cli, s
     assert code == 0
     assert (f"`default.spec.containers[ome-container].image: {OLD_IMAGE} → {NEW_IMAGE}`"
             in out)
-    assert "Instance 1 Update (Surge) :op2" in out
+    assert "Instance 1 Update (Surge) (" in out and ":op2, " in out
+    # The image as a unified diff of the pod templates, old revision to new.
+    assert f"-      image: {OLD_IMAGE}\n+      image: {NEW_IMAGE}\n" in out
+    assert "2 Instance operations in 2 batches" in out
     assert path.read_bytes() == before
 
 

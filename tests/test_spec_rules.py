@@ -311,13 +311,15 @@ def test_a_replacement_lost_after_hand_over_is_a_warning_not_a_superseded_surge(
     else:
         new = f"{NAME}-0-default-{row['operation']['ordinal']}"
     scenario.fault("evict", pod=new)
-    scenario.until_idle()
     reason = "GangSurgeAbandoned" if workers else "SurgeAbandoned"
+    scenario.until(lambda s: s.events(reason))
+    # The source, back in rotation, keeps the loss until its next update replaces it.
+    assert rows(scenario)[0]["lastFailure"]["reason"] in ("Evicted", "PodLost")
+    scenario.until_idle()
     (event,) = scenario.events(reason)
     assert event["type"] == "Warning", event
     assert "superseded" not in event["message"]
     assert "lost its replacement (Evicted" in event["message"], event["message"]
-    assert rows(scenario)[0]["lastFailure"]["reason"] in ("Evicted", "PodLost")
 
 
 # -- 15. EngineReady during a restart: the operator default does not count ---------------
@@ -346,3 +348,152 @@ def test_engine_ready_during_a_restart_counts_only_a_budget_set_for_the_componen
     scenario.fault("oom", pod=f"{NAME}-0-default-0")
     scenario.until(lambda s: rows(s)[0]["phase"] == "Restarting")
     assert _engine_ready(scenario) == expected
+
+
+# -- 10. a gang replacement that loses its leader after hand-over ------------------------
+
+def _serving_gangs(scenario) -> int:
+    """Instances whose leader is Ready and in rotation: what the Service routes to."""
+    return sum(1 for p in scenario.pods(f"{NAME}-")
+               if P.runner_of(p) == "leader" and P.is_ready(p) and P.gate_set(p)
+               and not P.has_ended(p))
+
+
+@pytest.mark.parametrize("withdrawn", [True, False], ids=["withdrawn", "same-revision"])
+@pytest.mark.parametrize("lifecycle", [SURGE, {**SURGE, **RECREATE}], ids=["none", "recreate"])
+def test_a_gang_replacement_that_loses_its_leader_after_hand_over_is_lost_whole(
+        tmp_path, withdrawn, lifecycle):
+    """update-strategies.txt: if the new pod is lost after the hand-over, OME doesn't
+    rebuild it for the withdrawn revision; an old pod that isn't already terminating
+    returns to rotation. A multi-pod Instance follows the same rules with its whole
+    replacement Instance: a replacement whose leader is lost stops serving, so it is
+    lost whole, and the source that still stands serves again at once."""
+    scenario, change = converged(tmp_path, replicas=1, workers=1, lifecycle=lifecycle,
+                                 grace=30)
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) == "DrainOld")
+    replacement = rows(scenario)[0]["operation"]["replacement"]
+    if withdrawn:
+        change(image="sglang:v3")
+    scenario.fault("evict", pod=f"{NAME}-{replacement}-leader-0")
+    scenario.run_pass()
+    source = rows(scenario)[0]
+    assert (source["phase"], source.get("operation")) == ("Ready", None), source
+    assert _serving_gangs(scenario) == 1
+    outages: list[int] = []
+    scenario.watches.append(lambda s: _serving_gangs(s) or outages.append(s.passes))
+    scenario.until_idle()
+    assert not outages, f"nothing served after passes {outages}"
+    (event,) = scenario.events("GangSurgeAbandoned")
+    assert event["type"] == ("Normal" if withdrawn else "Warning"), event
+    assert event["message"].endswith("the source returns to rotation on revision "
+                                     f"{source['revision']}"), event["message"]
+    (row,) = rows(scenario).values()
+    assert row["revision"] == scenario.replica(NAME)["spec"]["revision"]
+    assert row["phase"] == "Ready"
+
+
+# -- 4. a full window once a scheduling gate lifts, however the passes fall ------------
+
+GATE = "kueue.x-k8s.io/admission"
+PERIOD = 300  # the shipped CronJob runs every 5 minutes
+
+
+def _lift_gate(scenario, pod: str):
+    from omegitops.cluster.sim import SimCluster
+
+    with SimCluster(scenario.path) as cluster:
+        body = cluster.get_object("Pod", "demo", pod)
+        body["spec"]["schedulingGates"] = []
+        cluster.replace_object(body)
+
+
+@pytest.mark.parametrize("seen_passes", [1, 2], ids=["seen-once", "seen-twice"])
+def test_a_gate_lifted_just_before_a_pass_gets_a_full_window(tmp_path, seen_passes):
+    """instances.txt: while something outside the Instance holds an operation, such as
+    a scheduling gate that Kueue sets, OME stops the clock; when the hold ends, the
+    operation gets a full window again. With passes every 5 minutes and a 5-minute
+    timeout, a gate lifted 30 s before a pass must not fail the Instance at that pass:
+    the window counts from when the pod was let go, which its conditions record."""
+    from tests.fleet import write_service
+    from tests.scenario import Scenario
+
+    values = {"lifecycle": {"instanceReadyTimeout": "5m"}}
+    repo = tmp_path / "repo"
+    write_service(repo, replicas=1, values=values, gates=[GATE])
+    scenario = Scenario(tmp_path, repo)
+    pod = f"{NAME}-0-default-0"
+    scenario.run_pass()  # creates the gated pod
+    for _ in range(seen_passes):
+        scenario.advance(PERIOD)
+        scenario.run_pass()
+        operation = rows(scenario)[0]["operation"]
+        assert operation["waiting"] == f"scheduling gate {GATE} on pod {pod}", operation
+    scenario.advance(PERIOD - 30)
+    _lift_gate(scenario, pod)
+    lifted = scenario.now()
+    scenario.advance(30)
+    for _ in range(4):
+        scenario.run_pass()
+        row = rows(scenario)[0]
+        assert row["phase"] != "Failed", row
+        if row["phase"] == "Ready":
+            break
+        scenario.advance(PERIOD)
+    assert rows(scenario)[0]["phase"] == "Ready"
+    assert not scenario.events("InstanceFailed")
+    assert (scenario.now() - lifted).total_seconds() >= 30
+
+
+def test_a_gate_lifted_after_a_pass_saw_it_still_fails_a_pod_that_never_comes_up(tmp_path):
+    """The full window after a hold is a window, not forever: a pod that never becomes
+    ready after its gate lifts fails at the lift plus the timeout."""
+    from tests.fleet import write_service
+    from tests.scenario import Scenario
+
+    values = {"lifecycle": {"instanceReadyTimeout": "5m"}}
+    repo = tmp_path / "repo"
+    write_service(repo, replicas=1, values=values, gates=[GATE])
+    scenario = Scenario(tmp_path, repo)
+    pod = f"{NAME}-0-default-0"
+    scenario.run_pass()
+    scenario.advance(PERIOD)
+    scenario.run_pass()
+    scenario.fault("hang", pod=pod)
+    _lift_gate(scenario, pod)
+    lifted = scenario.now()
+    failed_at = None
+    for _ in range(6):
+        scenario.advance(PERIOD / 5)
+        scenario.run_pass()
+        if rows(scenario)[0]["phase"] == "Failed":
+            failed_at = scenario.now()
+            break
+    assert failed_at is not None
+    assert 300 <= (failed_at - lifted).total_seconds() <= 300 + PERIOD / 5
+
+
+# -- 12. every step whose precondition holds, in the same pass --------------------------
+
+@pytest.mark.parametrize("workers", [None, 1], ids=["single-pod", "gang"])
+def test_a_rollout_at_one_pass_per_period_takes_every_step_that_can_be_taken(
+        tmp_path, workers):
+    """A job that runs one pass per period spends a period only where the cluster has
+    something to do: per Instance, create; route once ready; hand over once available;
+    drain once unrouted; and the pass that sees the old pods gone starts the next."""
+    instances = 4
+    life = {**SURGE, "minReadySeconds": 0}
+    scenario, change = converged(tmp_path, replicas=instances, workers=workers, lifecycle=life)
+    change(image="sglang:v2")
+    ideal = 4 * instances + 1
+    target = None
+    for passes in range(1, 3 * ideal):
+        scenario.run_pass()
+        target = scenario.replica(NAME)["spec"]["revision"]
+        found = rows(scenario)
+        if len(found) == instances and all(
+                r["phase"] == "Ready" and not r.get("operation") and r["revision"] == target
+                for r in found.values()):
+            break
+        scenario.advance(60)  # longer than any pod transition of the simulator
+    assert passes <= int(1.1 * ideal), (passes, ideal)

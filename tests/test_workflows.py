@@ -204,9 +204,52 @@ def test_plan_runs_on_pull_requests_touching_manifests():
 
 def test_plan_runs_omegitops_plan_into_the_summary():
     runs = "\n".join(step.get("run", "") for step in steps(workflow("plan.yml")))
-    assert 'omegitops plan --repo "$MANIFESTS" -o markdown > plan.md' in runs
+    assert 'omegitops plan --repo "$MANIFESTS" --base "$BASE"' in runs
     assert workflow("plan.yml")["jobs"]["plan"]["env"]["MANIFESTS"] == "examples"
     assert '>> "$GITHUB_STEP_SUMMARY"' in runs
+    (checkout,) = [s for s in steps(workflow("plan.yml"))
+                   if s.get("uses", "").startswith("actions/checkout@")]
+    assert checkout["with"]["fetch-depth"] == 0  # the base branch and its report's commit
+
+
+def test_the_plan_step_plans_a_pull_request_against_its_real_base_branch(tmp_path):
+    """The workflow's own shell step, run in a clone with a base branch and a one-image
+    change on top: the comment names only that service and fits GitHub's limit."""
+    import os
+    import shutil
+    import subprocess
+
+    (plan,) = [s for s in steps(workflow("plan.yml")) if s.get("id") == "plan"]
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+           "MANIFESTS": workflow("plan.yml")["jobs"]["plan"]["env"]["MANIFESTS"]}
+    clone = tmp_path / "clone"
+    shutil.copytree(REPO_ROOT / "examples", clone / "examples")
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=clone, env=env, check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", "base")
+    git("checkout", "-q", "-b", "pr")
+    runtime = clone / "examples/runtimes/srt-qwen3-0-6b.yaml"
+    runtime.write_text(runtime.read_text().replace("sglang:v0.5.5.post3-cu129-amd64",
+                                                   "sglang:v0.5.6-cu129-amd64"))
+    git("commit", "-q", "-a", "-m", "one image")
+    outputs, summary = tmp_path / "outputs", tmp_path / "summary"
+    env.update(BASE="main", GITHUB_OUTPUT=str(outputs), GITHUB_STEP_SUMMARY=str(summary))
+    done = subprocess.run(["bash", "-e", "-c", plan["run"]], cwd=clone, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert outputs.read_text().strip() == "status=0", (clone / "plan.log").read_text()
+    comment = (clone / "comment.md").read_text()
+    assert comment.startswith("**Plan: 1 of 7 managed components to change;")
+    assert "qwen3-0-6b-engine-814f93c8` → `qwen3-0-6b-engine-fbcc4b2f`" in comment
+    assert "every Instance kept serving" in comment
+    assert len(comment) + len(PLAN_MARKER) + 100 < 65536
+    assert summary.read_text() == (clone / "plan.md").read_text()
+    assert json.loads((clone / "plan.json").read_text())["summary"]["changing"] == 1
 
 
 def test_plan_keeps_one_sticky_comment():
@@ -221,5 +264,5 @@ def test_plan_keeps_one_sticky_comment():
     create = script.index("github.rest.issues.createComment")
     assert script.index("if (previous)") < update < script.index("} else {") < create
     # The plan is read from the file, never interpolated into the script.
-    assert "readFileSync('plan.md'" in script
+    assert "readFileSync('comment.md'" in script
     assert "${{" not in script

@@ -2,8 +2,11 @@
 
 The plan is made against a copy: ``sim:PATH`` is copied into a temporary
 directory and the copy is opened (never the file itself, nor its lock); no
-``--cluster`` means an empty simulated cluster made there; ``kube`` is only
-observed (no Lease, no writes). On a simulated cluster the rollout is then
+``--cluster`` means an empty simulated cluster made there, sized to fit the
+repository; ``--base REF`` rebuilds there what the cluster last ran (the
+commit the status report at REF names, else REF itself: ``gitops/base.py``)
+and plans the change against it; ``kube`` is only observed (no Lease, no
+writes). On a simulated cluster the rollout is then
 run on the same copy to forecast it; a live cluster has no simulator state
 to run it on, so it gets no forecast.
 
@@ -15,6 +18,7 @@ pending and 0 when every plan is a no-op, as Terraform's.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -25,12 +29,21 @@ from omegitops.cluster.base import Cluster
 from omegitops.cluster.sim import SimCluster
 from omegitops.cluster.times import format_time
 from omegitops.commands.common import add_repo_args, print_errors, print_json
+from omegitops.commands.reconcile import DEFAULT_REPORT_DIR
+from omegitops.errors import UsageError
+from omegitops.fleetsize import sized_pools
 from omegitops.forecast import DEFAULT_BUDGET_SECONDS, forecast
+from omegitops.gitops.base import base_manifests
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
 from omegitops.planview import PlannedComponent, plan_document, render_markdown
-from omegitops.reconcile import observe, plan_item, planning_error
+from omegitops.reconcile import IDLE, observe, plan_item, planning_error, run_until_idle
 
 NO_CLUSTER = "none"
+MIN_CHARS = 4000
+# GitHub refuses a comment over 65,536 characters; the workflow adds a header.
+COMMENT_CHARS = 65000
+# Simulated time the base's state may take to settle before the head is planned on it.
+BASE_SECONDS = 86400.0
 CHANGES_PENDING = 2
 LIVE_FORECAST = ("no forecast for a live cluster: there is no simulator state to run the "
                  "rollout on, and a guess at one would not be the cluster's")
@@ -43,7 +56,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cluster", default=NO_CLUSTER,
                         help="sim:PATH (read, never written), kube or kube:CONTEXT (observed "
                              "only); default: none, an empty simulated cluster")
+    parser.add_argument("--base", metavar="REF", default=None,
+                        help="plan against what runs: the state of the commit the status "
+                             "report at REF names (else REF itself), rebuilt on a simulated "
+                             "cluster sized to fit; no cluster credentials needed")
+    parser.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, metavar="D",
+                        help="with --base, where the job commits its report, relative to the "
+                             f"repository root (default: {DEFAULT_REPORT_DIR})")
     parser.add_argument("-o", "--output", choices=["markdown", "json"], default="markdown")
+    parser.add_argument("--max-chars", type=int, default=None, metavar="N",
+                        help="Markdown of at most N characters, changed components left out "
+                             "whole (and named) past it: 65000 fits a GitHub comment, "
+                             "1000000 a step summary")
+    parser.add_argument("--comment-out", metavar="FILE", default=None,
+                        help="also write the Markdown cut to fit one GitHub comment "
+                             f"({COMMENT_CHARS} characters) to FILE")
+    parser.add_argument("--json-out", metavar="FILE", default=None,
+                        help="also write the plan's JSON document to FILE")
     parser.add_argument("--detailed-exitcode", action="store_true",
                         help="exit 0 when nothing would change, 2 when changes are pending, "
                              "1 on error")
@@ -55,6 +84,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.max_chars is not None and args.max_chars < MIN_CHARS:
+        raise UsageError(f"--max-chars {args.max_chars}: at least {MIN_CHARS} (the summary, "
+                         "the warnings and the forecast come first and are kept)")
+    if args.base is not None and args.cluster not in (None, "", NO_CLUSTER):
+        raise UsageError("--base and --cluster are two answers to one question (what the "
+                         "plan starts from): give one")
     loaded = load(args.repo, args.operator_values)
     print_errors(loaded.result.errors)
     for warning in loaded.result.warnings:
@@ -62,13 +97,24 @@ def run(args: argparse.Namespace) -> int:
     items = resolved_components(loaded)
     budget = None if args.no_forecast else args.forecast_seconds
     with tempfile.TemporaryDirectory(prefix="omegitops-plan-") as scratch:
-        cluster, planned, outlook, skipped = _plan(args.cluster, items, Path(scratch), budget)
+        if args.base is not None:
+            cluster, planned, outlook, skipped = _plan_from_base(
+                args, items, Path(scratch), budget)
+        else:
+            cluster, planned, outlook, skipped = _plan(args.cluster, items, Path(scratch),
+                                                       budget)
     document = plan_document(loaded, planned, cluster, outlook, skipped)
     print_errors(document["planningErrors"])
     if args.output == "json":
         print_json(document)
     else:
-        sys.stdout.write(render_markdown(document))
+        sys.stdout.write(render_markdown(document, args.max_chars))
+    # One plan, several readers (the comment, the summary, an artifact), as Atlantis
+    # keeps the full plan beside the comment it cuts.
+    if args.comment_out:
+        Path(args.comment_out).write_text(render_markdown(document, COMMENT_CHARS))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(document, indent=2, default=str) + "\n")
     if not loaded.result.ok or document["planningErrors"]:
         return 1
     if args.detailed_exitcode and document["changes"]:
@@ -87,9 +133,10 @@ def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
         return about, planned, None, LIVE_FORECAST
     copy = scratch / "cluster.json"
     if spec in (None, "", NO_CLUSTER):
-        SimCluster.init(copy)
+        SimCluster.init(copy, pools=sized_pools(items))
         about = {"spec": None, "kind": "empty",
-                 "description": "an empty simulated cluster (no --cluster)"}
+                 "description": "an empty simulated cluster sized to fit the repository "
+                                "(no --cluster)"}
     else:
         original = Path(sim_path(spec))
         if original.exists():
@@ -101,6 +148,37 @@ def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
                      "description": f"{spec}, which does not exist yet: an empty cluster"}
     with SimCluster(copy) as sim:
         about["time"] = format_time(sim.now().timestamp())
+        planned = plan_components(sim, items)
+        if budget is None:
+            return about, planned, None, "skipped (--no-forecast)"
+        return about, planned, forecast(sim, items, budget), None
+
+
+def _plan_from_base(args: argparse.Namespace, items: list[ServiceComponent], scratch: Path,
+                    budget: float | None) -> tuple[dict, list[PlannedComponent], dict | None,
+                                                   str | None]:
+    """Rebuild the base's state on a sized simulated cluster, then plan the head on it."""
+    base = base_manifests(Path(args.repo), args.base, args.report_dir, scratch)
+    base_items: list[ServiceComponent] = []
+    if base.present:
+        before = load(base.manifests, args.operator_values)
+        base_items = resolved_components(before)
+        if before.result.errors:
+            print(f"warning: the base has {len(before.result.errors)} invalid object(s); "
+                  "its valid objects make the starting state", file=sys.stderr)
+    copy = scratch / "cluster.json"
+    SimCluster.init(copy, pools=sized_pools(base_items, items))
+    with SimCluster(copy) as sim:
+        started = sim.now()
+        stop = run_until_idle(sim, base_items, BASE_SECONDS) if base_items else IDLE
+        settled = (sim.now() - started).total_seconds()
+        about = {"spec": None, "kind": "base", "description": base.description,
+                 "base": {**base.to_dict(), "settled": stop == IDLE,
+                          "settleSeconds": round(settled, 1)},
+                 "time": format_time(sim.now().timestamp())}
+        if stop != IDLE:
+            print(f"warning: the base did not settle in {BASE_SECONDS:.0f} s of simulated "
+                  f"time ({stop}); the plan starts from where it stood", file=sys.stderr)
         planned = plan_components(sim, items)
         if budget is None:
             return about, planned, None, "skipped (--no-forecast)"

@@ -12,6 +12,7 @@ from typing import Any
 
 from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.instance import InstancePods
 from omegitops.lifecycle.templates import MAIN_CONTAINER
 from omegitops.lifecycle.work import Work
 
@@ -108,7 +109,8 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
                     status.get("name"), terminated.get("exitCode"))
             work.wake(first + stuck_grace)
     deadline = operation.get("deadline")
-    if deadline and work.now >= parse_time(deadline):
+    if deadline and work.now >= parse_time(deadline) and not _ready_in_time(
+            work, pods, parse_time(deadline)):
         pod = pods[0] if pods else None
         record = {"pod": pod["metadata"]["name"] if pod else None, "container": None,
                   "reason": "DeadlineExceeded",
@@ -121,20 +123,50 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
     return None
 
 
+def _ready_in_time(work: Work, pods: list[dict], deadline: float) -> bool:
+    """The pods' containers were all ready by the deadline, by their own conditions: the
+    operation made its window, and only waits for a pass to put it into rotation (a job
+    that runs every few minutes may come by after the deadline)."""
+    since = InstancePods(work.needed, pods).containers_ready_since()
+    return since is not None and since <= deadline
+
+
 def _external_hold(work: Work, operation: dict, pods: list[dict]) -> bool:
     """A scheduling gate (Kueue's, say) holds the pods: the clock stops, ``waiting``
     names the gate, and the deadline moves so the operation gets a full window once
-    the hold ends."""
+    the hold ends (instances.txt). ``heldAt`` records the last pass that saw it."""
     for pod in pods:
         gates = (pod.get("spec") or {}).get("schedulingGates") or []
         if gates and not P.is_terminating(pod):
             operation["waiting"] = (f"scheduling gate {gates[0].get('name')} on pod "
                                     f"{pod['metadata']['name']}")
+            operation["heldAt"] = format_time(work.now)
             timeout = work.seconds("instanceReadyTimeout")
             if timeout:
                 operation["deadline"] = format_time(work.now + timeout)
             return True
+    if operation.get("heldAt"):
+        _hold_ended(work, operation, pods)
     return False
+
+
+def _hold_ended(work: Work, operation: dict, pods: list[dict]) -> None:
+    """The hold seen on an earlier pass is over: the full window counts from when it
+    ended, not from when a pass came to see it. The pods say when: the scheduler binds
+    a pod once its last gate goes, and its PodScheduled condition keeps that moment.
+    While a pod is still unbound the moment is unknown, and this pass stands for it
+    (a window never starts before the hold really ended)."""
+    seen = parse_time(operation.pop("heldAt"))
+    live = [p for p in pods if not P.is_terminating(p) and not P.has_ended(p)]
+    bound = [P.condition(p, "PodScheduled") for p in live]
+    if live and all(ok and since is not None for ok, since in bound):
+        ended = min(max(max(since for _, since in bound), seen), work.now)
+    else:
+        ended = work.now
+    operation["holdEnded"] = format_time(ended)
+    timeout = work.seconds("instanceReadyTimeout")
+    if timeout:
+        operation["deadline"] = format_time(ended + timeout)
 
 
 def _unschedulable(pod: dict) -> bool:

@@ -105,7 +105,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             continue
         if row.get("operation") or row.get("rebuild"):
             work.moved.add(index)
-        if _step(work, row) == GONE:
+        if _advance(work, row) == GONE:
             del work.rows[index]
     if not desired.teardown:
         # An Instance on its way out is not repaired: the teardown removes it whole, and a
@@ -169,6 +169,36 @@ def _group_pods(pods: list[dict]) -> dict[int, list[dict]]:
     for members in groups.values():
         members.sort(key=lambda p: p["metadata"]["name"])
     return groups
+
+
+# More steps than any operation has: a bound on one Instance's steps in one pass.
+MAX_STEPS_PER_PASS = 12
+
+
+def _advance(work: Work, row: dict) -> str | None:
+    """Take every step of ``row``'s operation whose precondition already holds.
+
+    A step that only reads what the cluster shows (the new pod is available, the old
+    ones are gone) leads straight to the next one in the same pass; the first step that
+    writes to the cluster ends the Instance's turn, since what comes after it depends
+    on the cluster acting on that write. A job that runs one pass per period so spends
+    a period only where the cluster has something to do. An operation that ends stays
+    ended until the next pass: the Instance at rest is looked at then."""
+    for _ in range(MAX_STEPS_PER_PASS):
+        before, writes = _progress(row), len(work.actions)
+        outcome = _step(work, row)
+        if outcome == GONE or not row.get("operation") or len(work.actions) != writes:
+            return outcome
+        if _progress(row) == before:
+            return outcome
+    return None
+
+
+def _progress(row: dict) -> tuple:
+    """Where an Instance's operation stands, to tell a step taken from a wait."""
+    operation = row.get("operation") or {}
+    return (row.get("phase"), row.get("revision"), operation.get("type"),
+            operation.get("step"), operation.get("startedAt"), operation.get("mode"))
 
 
 def _step(work: Work, row: dict) -> str | None:

@@ -45,6 +45,7 @@ from omegitops.lifecycle.templates import DEFAULT, LABEL_REVISION
 from omegitops.lifecycle.work import (
     CREATE,
     CREATING,
+    DELETING,
     DRAIN,
     FAILED,
     IN_PLACE,
@@ -368,10 +369,10 @@ def _surge_gang(work: Work, row: dict) -> str | None:
         return None
     replacement = work.rows.get(operation.get("replacement"))
     handed_over = operation.get("handedOver", False)
-    if replacement is None or (handed_over and not work.instance(replacement).live):
+    if replacement is None or (handed_over and _stopped_serving(work, replacement)):
         lost = work.groups.get(replacement["index"], []) if replacement is not None else []
         known = (replacement or {}).get("lastFailure")  # its own restart may have seen why
-        if replacement is not None and replacement.get("phase") != "Deleting":
+        if replacement is not None and replacement.get("phase") != DELETING:
             open_delete(work, replacement, "replacement lost")
         return _replacement_lost(work, row, source.live, GANG_SURGE_ABANDONED, lost, known)
     if not handed_over and target != work.desired.revision:
@@ -392,6 +393,10 @@ def _surge_gang(work: Work, row: dict) -> str | None:
         if replacement["phase"] == READY:
             operation["step"] = HAND_OVER
         return None
+    if step == HAND_OVER and _stopped_serving(work, replacement):
+        # Not handed over yet: the source keeps serving while the replacement recovers.
+        operation["step"] = SURGE_WAIT_AVAILABLE
+        return None
 
     def promote() -> str:
         replacement.pop("surgeOf", None)
@@ -400,6 +405,29 @@ def _surge_gang(work: Work, row: dict) -> str | None:
         return GONE
 
     return _drain_source(work, row, source.live, work.groups.get(row["index"], []), promote)
+
+
+def _stopped_serving(work: Work, replacement: dict) -> bool:
+    """Whether a gang's replacement no longer serves, or is about to stop as a whole.
+
+    A gang serves only through its leader, so a replacement whose leader is lost has
+    stopped serving, even while its workers run; so has one that restarts whole (its own
+    restart policy, this pass or an earlier one), failed, or is going away. Under
+    restartPolicy None the loss of a worker is not this: the others serve on while it
+    is replaced."""
+    from omegitops.lifecycle.repairs import find_trigger
+
+    if replacement.get("phase") in (FAILED, DELETING):
+        return True
+    operation = replacement.get("operation") or {}
+    if operation.get("type") == RESTART and operation.get("mode") == "Instance":
+        return True
+    if not work.instance(replacement).entries():
+        return True
+    if operation or replacement.get("phase") != READY:
+        return False
+    trigger = find_trigger(work, replacement)
+    return trigger is not None and trigger.whole
 
 
 def _abandon_gang(work: Work, row: dict, replacement: dict, kind: str, message: str) -> None:

@@ -59,6 +59,12 @@ def reconcile_until_idle(root: Path, cluster_path: Path, max_seconds: float = 10
                          "--until-idle", "--max-seconds", str(max_seconds)])
 
 
+def reconcile_once(root: Path, cluster_path: Path) -> int:
+    """One ``omegitops reconcile`` pass in-process, its table thrown away; the exit code."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return cli_main(["reconcile", "--repo", str(root), "--cluster", f"sim:{cluster_path}"])
+
+
 def converged_fleet(workdir: Path | str, services: int) -> tuple[Path, Path, dict]:
     """(repository, simulated cluster file, counts) of a converged fleet of ``services``.
 

@@ -67,6 +67,24 @@ def test_repeated_events_are_aggregated(cluster):
     assert len(cluster.list_objects("Event")) == 2
 
 
+def test_events_expire_an_hour_after_their_last_write(cluster):
+    """As the API server's default --event-ttl: each write (a count going up) renews it."""
+    event = {"involvedObject": {"kind": "InferenceService", "namespace": NS, "name": "svc"},
+             "type": "Normal", "reason": "InstanceUpdating", "message": "instance=0"}
+    cluster.record_event(event)
+    cluster.record_event({**event, "message": "instance=1"})
+    cluster.advance(3000)
+    cluster.record_event({**event, "message": "instance=1"})  # counted again: renewed
+    cluster.advance(600)
+    (kept,) = cluster.list_objects("Event")
+    assert (kept["message"], kept["count"]) == ("instance=1", 2)
+    cluster.record_event(event)  # a new Event, not a count on the expired one
+    assert {e["message"]: e["count"] for e in cluster.list_objects("Event")} == {
+        "instance=0": 1, "instance=1": 2}
+    cluster.advance(3600)
+    assert cluster.list_objects("Event") == []
+
+
 def test_advancing_to_next_transition_always_changes_something(cluster):
     assert cluster.next_transition_at() is None
     cluster.create_pod(make_pod("a", container={"readinessProbe": {"periodSeconds": 7}}))

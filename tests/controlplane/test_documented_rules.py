@@ -5,6 +5,7 @@ pass, on KWOK's pod timings and the wall clock."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import yaml
@@ -196,3 +197,100 @@ def test_a_pinned_service_takes_the_runtimes_new_lifecycle_only_when_the_pin_mov
     assert scenario.replica(NAME)["spec"]["minReadySeconds"] == 0
     edit(service, lambda d: d["spec"]["runtime"].update(autoSync=True))
     scenario.until(lambda s: s.replica(NAME)["spec"]["minReadySeconds"] == 90)
+
+
+def _serving_gangs(s) -> int:
+    return sum(1 for p in s.pods(f"{NAME}-")
+               if P.runner_of(p) == "leader" and P.is_ready(p) and P.gate_set(p)
+               and not P.has_ended(p))
+
+
+def test_a_gang_replacement_that_loses_its_leader_after_hand_over_is_lost_whole(converged):
+    scenario, change = converged(replicas=1, workers=1, grace=20, lifecycle=SURGE)
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) == "DrainOld")
+    replacement = rows(scenario)[0]["operation"]["replacement"]
+    change(image="sglang:v3")
+    leader = f"{NAME}-{replacement}-leader-0"
+    scenario.fault("evict", leader)
+    # KWOK evicts a moment later; the next pass must see the loss, as on sim:.
+    deadline = time.monotonic() + 30
+    while not any(P.has_ended(p) for p in scenario.pods(leader)):
+        assert time.monotonic() < deadline, "the leader was never evicted"
+        time.sleep(0.2)
+    scenario.run_pass()
+    assert (rows(scenario)[0]["phase"], step(scenario)) == ("Ready", None), rows(scenario)
+    # Back in rotation at once; from then on something always serves.
+    scenario.until(lambda s: _serving_gangs(s) == 1, seconds=30)
+    outages: list[int] = []
+    scenario.watches.append(lambda s: _serving_gangs(s) or outages.append(s.passes))
+    scenario.until(settled, seconds=180)
+    assert not outages, f"nothing served after passes {outages}"
+    (event,) = scenario.events("GangSurgeAbandoned")
+    assert event["type"] == "Normal", event
+    assert "the source returns to rotation" in event["message"], event["message"]
+
+
+GATE = "kueue.x-k8s.io/admission"
+
+
+def test_a_gate_lifted_just_before_a_pass_gets_a_full_window(control_plane, tmp_path):
+    """Passes every ``period`` seconds and a timeout of the same length: a gate lifted
+    shortly before a pass gets its full window from the lift, which the real
+    scheduler's PodScheduled condition records."""
+    from omegitops.cluster.base import POD
+    from omegitops.cluster.kube import KubeCluster
+    from omegitops.cluster.kube.resources import RESOURCES
+    from omegitops.cluster.kube.rest import MERGE_PATCH
+
+    period = 12
+    namespace = f"rule-{next(_namespaces)}"
+    repo = tmp_path / "repo"
+    write_service(repo, namespace=namespace, replicas=1, grace=2, gates=[GATE],
+                  values={"lifecycle": {"instanceReadyTimeout": f"{period}s"}})
+    scenario = KubeScenario(control_plane, repo, {namespace})
+    try:
+        pod = f"{NAME}-0-default-0"
+        scenario.run_pass()  # creates the gated pod
+        time.sleep(period)
+        scenario.run_pass()
+        operation = rows(scenario)[0]["operation"]
+        assert operation["waiting"] == f"scheduling gate {GATE} on pod {pod}", operation
+        time.sleep(period - 3)
+        admin = KubeCluster(api_client=control_plane.admin, lease=False)
+        admin.rest.request("PATCH", RESOURCES[POD].path(namespace, pod), what="admit",
+                           body={"spec": {"schedulingGates": None}}, content_type=MERGE_PATCH)
+        time.sleep(3)
+        for _ in range(4):
+            scenario.run_pass()
+            row = rows(scenario)[0]
+            assert row["phase"] != "Failed", row
+            if row["phase"] == "Ready":
+                break
+            time.sleep(period)
+        assert rows(scenario)[0]["phase"] == "Ready"
+        assert not scenario.events("InstanceFailed")
+    finally:
+        scenario.cleanup()
+
+
+def test_a_rollout_takes_every_step_whose_precondition_holds(converged):
+    """One pass per period, longer than KWOK's pod transitions: a single-pod
+    SurgeThenDrain Instance moves in 4 passes (create; route; hand over; drain) and the
+    pass that sees the old pod gone starts the next (tests/bench/bench_rollout.py)."""
+    instances = 3
+    life = {**SURGE, "minReadySeconds": 0}
+    scenario, change = converged(replicas=instances, grace=1, lifecycle=life)
+    change(image="sglang:v2", lifecycle=life)
+    ideal = 4 * instances + 1
+    for passes in range(1, 3 * ideal):
+        scenario.run_pass()
+        found, revision = scenario.rows(NAME), scenario.replica(NAME)["spec"]["revision"]
+        if len(found) == instances and all(
+                r["phase"] == "Ready" and not r.get("operation") and r["revision"] == revision
+                for r in found):
+            break
+        time.sleep(5)
+    else:
+        raise AssertionError(f"the rollout did not finish in {passes} passes")
+    assert passes <= int(1.1 * ideal), (passes, ideal)

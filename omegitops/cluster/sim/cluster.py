@@ -37,6 +37,7 @@ from omegitops.cluster.sim.podstatus import (
     set_condition,
 )
 from omegitops.cluster.sim.scheduler import NodeRoom, Round, pod_requests
+from omegitops.cluster.sim.sizing import NodePool
 from omegitops.cluster.sim.store import FileLock, fresh_state, load_state, save_state
 from omegitops.cluster.sim.timeline import Timeline
 from omegitops.cluster.times import format_time, parse_time, to_datetime
@@ -44,6 +45,8 @@ from omegitops.errors import ClusterError
 
 DEFAULT_GRACE_SECONDS = 30
 CLUSTER_SCOPED = {base.NODE}
+# kube-apiserver's default --event-ttl.
+EVENT_TTL_SECONDS = 3600.0
 BASE_KINDS = {
     base.POD, base.NODE, base.EVENT, base.INFERENCE_REPLICA, base.CONTROLLER_REVISION,
     base.SERVICE,
@@ -87,12 +90,18 @@ class SimCluster(Cluster):
 
     @classmethod
     def init(cls, path: str | Path, nodes: int = 8, gpus_per_node: int = 8,
-             podgroups: bool = False, cpu_nodes: int = 2) -> None:
-        """Write a fresh cluster to ``path`` (replacing any), holding the lock meanwhile."""
+             podgroups: bool = False, cpu_nodes: int = 2,
+             pools: list[NodePool] | None = None) -> None:
+        """Write a fresh cluster to ``path`` (replacing any), holding the lock meanwhile.
+
+        ``pools`` (``sizing.size_for``) replaces the default nodes with pools sized
+        to a repository."""
         cluster = cls(path)
         cluster._lock.acquire()
+        if pools is None:
+            pools = default_pools(nodes, gpus_per_node, cpu_nodes)
         try:
-            cluster._adopt(_fresh_cluster_state(nodes, gpus_per_node, podgroups, cpu_nodes))
+            cluster._adopt(_fresh_cluster_state(pools, podgroups))
             cluster.save()
         finally:
             cluster._lock.release()
@@ -102,7 +111,7 @@ class SimCluster(Cluster):
         try:
             state = load_state(self.path)
             if state is None:
-                state = _fresh_cluster_state(8, 8, False, 2)
+                state = _fresh_cluster_state(default_pools(), False)
                 self._dirty = True
             self._adopt(state)
         except BaseException:
@@ -170,8 +179,19 @@ class SimCluster(Cluster):
                 self._process_node(key)
             self._schedule_if_needed()
         self._clock = target
+        self._expire_events()
         self._dirty = True
         return self.now()
+
+    def _expire_events(self) -> None:
+        """Drop Events not written for an hour, as the API server does (``--event-ttl``,
+        1h by default, renewed by each write such as a count going up)."""
+        events = self._objects[base.EVENT]
+        for key, event in list(events.items()):
+            last = event.get("lastTimestamp") or event["metadata"].get("creationTimestamp")
+            if last and parse_time(last) + EVENT_TTL_SECONDS <= self._clock:
+                del events[key]
+                self._event_keys.pop(_event_identity(event), None)
 
     def next_transition_at(self) -> datetime | None:
         self._require()
@@ -892,13 +912,23 @@ def _event_identity(event: dict) -> str:
     return "\x1f".join("" if p is None else str(p) for p in parts)
 
 
-def _fresh_cluster_state(node_count: int, gpus: int, podgroups: bool, cpu_nodes: int) -> dict:
-    """GPU nodes ``node-0..`` and, after them, untainted CPU nodes for routers and the like."""
+def default_pools(nodes: int = 8, gpus: int = 8, cpu_nodes: int = 2) -> list[NodePool]:
+    """``nodes`` tainted GPU nodes of ``gpus`` GPUs, then untainted CPU nodes."""
+    return [NodePool(nodes, gpus, tainted=True), NodePool(cpu_nodes, 0)]
+
+
+def _fresh_cluster_state(pools: list[NodePool], podgroups: bool) -> dict:
+    """Nodes ``node-0..``, pool after pool (by default GPU nodes, then untainted CPU
+    nodes for routers and the like)."""
     state = fresh_state(podgroups=podgroups)
     cluster_nodes = state["objects"].setdefault(base.NODE, {})
     clock = parse_time(state["clock"])
-    for index in range(node_count + cpu_nodes):
-        node = nodes.make_node(index, gpus if index < node_count else 0)
+    shapes = [pool for pool in pools for _ in range(pool.nodes)]
+    for index, pool in enumerate(shapes):
+        node = nodes.make_node(index, pool.gpus)
+        node["metadata"]["labels"].update(pool.labels)
+        if not pool.tainted:
+            node["spec"]["taints"] = []
         nodes.set_ready(node, True, clock)
         name = node["metadata"]["name"]
         state["counters"]["uid"] += 1

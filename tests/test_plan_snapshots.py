@@ -1,0 +1,158 @@
+"""The pull-request plan as a reviewer reads it: Markdown snapshots of ``plan --base``.
+
+Each case makes a git repository with a base branch (what the job last ran) and a
+change on top, then plans the change against the base, as the plan workflow does.
+The snapshots live in ``tests/snapshots/``; after an intended change to the plan,
+``OMEGITOPS_UPDATE_SNAPSHOTS=1 python3 -m pytest tests/test_plan_snapshots.py``
+writes them again (review the diff before committing it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from omegitops.cli import main
+from tests.fleet import strategy, write_service
+
+HERE = Path(__file__).resolve().parent
+SNAPSHOTS = HERE / "snapshots"
+EXAMPLES = HERE.parent / "examples"
+GITHUB_COMMENT_LIMIT = 65536
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+           "GIT_AUTHOR_DATE": "2026-09-27T08:00:00Z", "GIT_COMMITTER_DATE": "2026-09-27T08:00:00Z"}
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV})
+    return done.stdout
+
+
+def base_and_change(repo: Path, change) -> None:
+    """Commit what is in ``repo`` as ``main``, then ``change(repo)`` on a branch."""
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "change")
+    change(repo)
+    git(repo, "commit", "-q", "-a", "-m", "change")
+
+
+def plan(repo: Path, capsys, *more: str) -> str:
+    capsys.readouterr()
+    code = main(["plan", "--repo", str(repo / "manifests"), "--base", "main", *more])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    # The base's commit is named; its hash depends on git's object format, not on us.
+    return re.sub(r"commit [0-9a-f]{12}", "commit <base>", out)
+
+
+def check_snapshot(name: str, text: str) -> None:
+    path = SNAPSHOTS / f"{name}.md"
+    if os.environ.get("OMEGITOPS_UPDATE_SNAPSHOTS"):
+        path.write_text(text)
+    assert path.exists(), f"{path} is missing: run with OMEGITOPS_UPDATE_SNAPSHOTS=1"
+    assert text == path.read_text(), (
+        f"the plan differs from {path.name}; if intended, update it with "
+        "OMEGITOPS_UPDATE_SNAPSHOTS=1 and review the diff")
+
+
+def _replace_in(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_one_runtime_image_change_names_only_that_service(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo / "manifests")
+    runtime = repo / "manifests/runtimes/srt-qwen3-0-6b.yaml"
+    image = "docker.io/lmsysorg/sglang:v0.5.5.post3-cu129-amd64"
+    base_and_change(repo, lambda r: _replace_in(runtime, image,
+                                                "docker.io/lmsysorg/sglang:v0.5.6-cu129-amd64"))
+    out = plan(repo, capsys)
+    assert out.startswith("**Plan: 1 of 7 managed components to change;")
+    assert "every Instance kept serving" in out
+    assert out.count("<details><summary><b>") == 1 and "6 managed components are unchanged" in out
+    assert "+      image: docker.io/lmsysorg/sglang:v0.5.6-cu129-amd64" in out
+    check_snapshot("one-service-change", out)
+
+
+def test_a_hundred_services_fit_one_comment_with_no_false_failures(tmp_path, capsys):
+    sys.path.insert(0, str(HERE / "bench"))
+    try:
+        import genfleet
+    finally:
+        sys.path.remove(str(HERE / "bench"))
+    repo = tmp_path / "repo"
+    genfleet.write_fleet(repo / "manifests", 100)
+    runtime = repo / "manifests/runtimes/srt-gang-0.yaml"
+    base_and_change(repo, lambda r: runtime.write_text(
+        runtime.read_text().replace("image: sglang:v1", "image: sglang:v2")))
+    out = plan(repo, capsys, "--max-chars", "65000")
+    assert len(out) <= 65000 < GITHUB_COMMENT_LIMIT
+    head = out.split("\n\n### Changed components")[0]
+    # Sized to the fleet: no failure that only the simulator would have.
+    assert "failed" not in head and "did not settle" not in head, head
+    assert out.startswith("**Plan: 20 of 175 managed components to change;")
+    assert "155 managed components are unchanged" in out
+    check_snapshot("hundred-services", out)
+
+
+def test_a_hold_is_shown_with_its_gate(tmp_path, capsys):
+    """InPlaceOnly refuses a change beyond images: the plan says so before it merges."""
+    repo = tmp_path / "repo"
+    life = strategy("InPlaceOnly", maxUnavailable=1)
+    write_service(repo / "manifests", replicas=2, lifecycle=life)
+    base_and_change(repo, lambda r: write_service(repo / "manifests", replicas=2,
+                                                   lifecycle=life, env={"LOG_LEVEL": "debug"}))
+    out = plan(repo, capsys)
+    assert "InPlaceOnlyWillStall" in out
+    assert "not reach the new revision" in out
+    check_snapshot("in-place-only-hold", out)
+
+
+def test_a_cut_plan_ends_with_whole_components_and_names_the_rest(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo / "manifests")
+
+    def every_image(r: Path) -> None:
+        for path in sorted((r / "manifests/runtimes").glob("*.yaml")):
+            data = yaml.safe_load(path.read_text())
+            text = yaml.safe_dump(data).replace("-cu129-amd64", "-cu130-amd64")
+            path.write_text(text)
+
+    base_and_change(repo, every_image)
+    full = plan(repo, capsys)
+    cut = plan(repo, capsys, "--max-chars", "9000")
+    assert len(cut) <= 9000 < len(full)
+    assert cut.count("<details>") == cut.count("</details>")
+    assert cut.count("```") % 2 == 0
+    assert re.search(r"\*\*\d+ more changed components? not shown here\*\*", cut), cut[-800:]
+    # The summary and the forecast always come first.
+    assert cut.split("### Changed")[0] == full.split("### Changed")[0]
+
+
+@pytest.mark.parametrize("extra", [["--cluster", "kube"], ["--max-chars", "10"]])
+def test_base_usage_errors(tmp_path, capsys, extra):
+    repo = tmp_path / "repo"
+    write_service(repo / "manifests", replicas=1)
+    base_and_change(repo, lambda r: write_service(repo / "manifests", replicas=2))
+    assert main(["plan", "--repo", str(repo / "manifests"), "--base", "main", *extra]) == 2
+
+
+def test_a_base_that_is_not_a_commit_is_an_input_error(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    write_service(repo / "manifests", replicas=1)
+    base_and_change(repo, lambda r: write_service(repo / "manifests", replicas=2))
+    assert main(["plan", "--repo", str(repo / "manifests"), "--base", "nope"]) == 1
+    assert "--base nope: no such commit" in capsys.readouterr().err
