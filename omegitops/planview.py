@@ -365,7 +365,7 @@ def next_step(planned: PlannedComponent) -> list[str]:
     if plan is None or observed is None:
         return []
     steps = []
-    if plan.replica_changed:
+    if plan.replica_changed and not plan.bookkeeping:
         verb = "create" if observed.replica is None else "update"
         steps.append(f"{verb} InferenceReplica {plan.replica['metadata']['name']}")
     steps.extend(action.describe() for action in plan.actions)

@@ -38,12 +38,14 @@ from omegitops.lifecycle.actions import (
     PatchImages,
     SetServing,
 )
+from omegitops.lifecycle.converged import is_converged
 from omegitops.lifecycle.desired import build_desired
 from omegitops.lifecycle.outbox import OUTBOX
 from omegitops.lifecycle.planner import (
     DesiredComponent,
     ObservedComponent,
     Plan,
+    converged_plan,
     plan_component,
 )
 from omegitops.lifecycle.resolve import OMENATIVE, ComponentLifecycle, Resolved
@@ -126,6 +128,12 @@ class PassResult:
         # A pass that could not observe knows nothing: treat it as busy so that
         # --until-idle tries again rather than stopping as if all were done.
         return not self.observed or any(plan.busy for _, plan in self.plans)
+
+    @property
+    def moved(self) -> bool:
+        """Whether the pass changed the cluster (a fingerprint recorded alone does not:
+        nothing will react to it)."""
+        return self.applied > 0 and any(not plan.is_noop for _, plan in self.plans)
 
     @property
     def wake_at(self) -> datetime | None:
@@ -212,6 +220,8 @@ def plan_item(seen: Observation, item: ServiceComponent,
     desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
                             item.lifecycle, observed.revisions, observed.replica,
                             item.operator)
+    if is_converged(desired, observed):
+        return desired, observed, converged_plan(desired, observed)
     return desired, observed, plan_component(desired, observed, now)
 
 
@@ -303,7 +313,8 @@ def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | Non
     stored = plan.replica
     if plan.replica_changed:
         stored = _write_replica(cluster, plan.replica, writes)
-        _write_service_status(cluster, plan.replica, writes)
+        if not plan.bookkeeping:
+            _write_service_status(cluster, plan.replica, writes)
     for action in plan.actions:
         _apply(cluster, action)
         writes.count += 1
@@ -481,7 +492,7 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
             if wake is None:
                 return BUDGET_SPENT
         else:
-            if result.applied:
+            if result.moved:
                 cluster.advance(_gap(cluster, result.now))
                 continue
             wake = _next_wake(cluster, result.wake_at)
@@ -505,7 +516,7 @@ def _next_look(cluster: Cluster, result: PassResult, stop_at: datetime) -> datet
     now = cluster.now()
     if now >= stop_at:
         return None
-    wait = min(1.0, cluster.poll_seconds) if result.applied else cluster.poll_seconds
+    wait = min(1.0, cluster.poll_seconds) if result.moved else cluster.poll_seconds
     candidates = [now + timedelta(seconds=wait), stop_at]
     if result.wake_at is not None:
         candidates.append(result.wake_at)

@@ -634,6 +634,11 @@ class Campaign:
         return True
 
     def assert_converged(self) -> None:
+        # The first pass at rest may record converged fingerprints (lifecycle/converged.py)
+        # and nothing else; the one after it writes nothing at all.
+        settle = self.run_pass(flaky=False)
+        assert all(plan.is_noop for _, plan in settle.plans), (
+            "a pass after convergence still changes something")
         final = self.run_pass(flaky=False)
         assert final.applied == 0, "a pass after convergence still writes"
         with SimCluster(self.path) as cluster:

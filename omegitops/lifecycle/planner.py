@@ -23,6 +23,7 @@ from typing import Any
 from omegitops.lifecycle import outbox
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, ApplyObject, DeleteObject, Event
+from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint
 from omegitops.lifecycle.failures import check_instance
 from omegitops.lifecycle.operations import (
     CREATE_PODS,
@@ -67,7 +68,8 @@ from omegitops.lifecycle.work import (
     Work,
 )
 
-__all__ = ["DesiredComponent", "ObservedComponent", "Plan", "plan_component"]
+__all__ = ["DesiredComponent", "ObservedComponent", "Plan", "converged_plan",
+           "plan_component"]
 
 
 @dataclass(frozen=True)
@@ -81,10 +83,14 @@ class Plan:
     busy: bool
     # Whether the InferenceReplica's outbox holds the events, to be cleared once sent.
     clear_outbox: bool = False
+    # The InferenceReplica is written only to record the converged fingerprint.
+    bookkeeping: bool = False
 
     @property
     def is_noop(self) -> bool:
-        return not self.actions and not self.events and not self.replica_changed
+        """Nothing changes that anyone reads (a fingerprint alone is not a change)."""
+        return not self.actions and not self.events and (
+            not self.replica_changed or self.bookkeeping)
 
 
 def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: datetime) -> Plan:
@@ -141,9 +147,43 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     # is deleted instead, so its last events are only sent.
     events, recorded = outbox.post(previous, work.events)
     replica["status"].update(recorded)
+    at_rest = not (work.actions or events or busy or wake or removed or desired.teardown)
+    _mark_converged(replica, desired, observed, at_rest)
     changed = not removed and _replica_changed(observed.replica, replica)
+    bookkeeping = changed and not _replica_changed(_unmarked(observed.replica),
+                                                   _unmarked(replica))
     return Plan(desired.component, replica, changed, work.actions, events, wake, busy,
-                clear_outbox=not removed and bool(recorded.get(outbox.OUTBOX)))
+                clear_outbox=not removed and bool(recorded.get(outbox.OUTBOX)),
+                bookkeeping=bookkeeping)
+
+
+def converged_plan(desired: DesiredComponent, observed: ObservedComponent) -> Plan:
+    """The plan of a component ``converged.is_converged`` recognised: nothing to do."""
+    return Plan(desired.component, observed.replica or {}, False, [], [], None, False)
+
+
+def _mark_converged(replica: dict, desired: DesiredComponent, observed: ObservedComponent,
+                    at_rest: bool) -> None:
+    """Fingerprint a plan that does nothing, so that a later pass that reads the same
+    can skip planning (lifecycle/converged.py); any other plan drops the fingerprint."""
+    metadata = replica["metadata"]
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items()
+                   if k != CONVERGED_ANNOTATION}
+    if at_rest:
+        annotations[CONVERGED_ANNOTATION] = fingerprint(desired, observed, replica)
+    if annotations or "annotations" in metadata:
+        metadata["annotations"] = annotations
+
+
+def _unmarked(replica: dict | None) -> dict | None:
+    """The InferenceReplica without its converged fingerprint."""
+    if replica is None:
+        return None
+    metadata = dict(replica.get("metadata") or {})
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items()
+                   if k != CONVERGED_ANNOTATION}
+    metadata["annotations"] = annotations
+    return {**replica, "metadata": metadata}
 
 
 def teardown_objects(desired: DesiredComponent, observed: ObservedComponent) -> list[Action]:
@@ -358,6 +398,6 @@ def _replica_changed(previous: dict | None, replica: dict) -> bool:
         return True
     return (previous.get("spec") != replica["spec"]
             or previous.get("status") != replica["status"]
-            or (previous.get("metadata") or {}).get("annotations")
-            != replica["metadata"].get("annotations"))
+            or ((previous.get("metadata") or {}).get("annotations") or {})
+            != (replica["metadata"].get("annotations") or {}))
 

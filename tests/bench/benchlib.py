@@ -83,7 +83,13 @@ def converged_fleet(workdir: Path | str, services: int) -> tuple[Path, Path, dic
     if code != 0:
         raise RuntimeError(f"reconcile of the {services}-service fleet exited {code}")
     with SimCluster(cluster_path) as cluster:
-        result = run_pass(cluster, resolved_components(load(root)))
+        items = resolved_components(load(root))
+        # The first pass at rest records each component's converged fingerprint (once:
+        # lifecycle/converged.py); the one after it must write nothing.
+        settle = run_pass(cluster, items)
+        if any(not plan.is_noop for _, plan in settle.plans):
+            raise RuntimeError(f"the {services}-service fleet was still moving")
+        result = run_pass(cluster, items)
         pods = len(cluster.list_pods(MANAGED))
     if result.applied or result.busy or result.errors or pods != counts["pods"]:
         raise RuntimeError(f"the {services}-service fleet did not converge: {result.applied} "

@@ -294,3 +294,23 @@ def test_a_rollout_takes_every_step_whose_precondition_holds(converged):
     else:
         raise AssertionError(f"the rollout did not finish in {passes} passes")
     assert passes <= int(1.1 * ideal), (passes, ideal)
+
+
+def test_a_component_at_rest_is_recognised_without_planning_it(converged, monkeypatch):
+    """tests/test_converged.py on the real API server: the fingerprint the job records
+    survives the round trip through the InferenceReplica CRD, so a pass at rest plans
+    nothing and writes nothing, and a lost pod is planned at once."""
+    from omegitops import reconcile
+    from omegitops.lifecycle.converged import CONVERGED_ANNOTATION
+
+    scenario, _ = converged(replicas=2, grace=2)
+    scenario.run_pass()  # records the fingerprint if the last pass did not
+    assert CONVERGED_ANNOTATION in scenario.replica(NAME)["metadata"]["annotations"]
+    calls: list[str] = []
+    original = reconcile.plan_component
+    monkeypatch.setattr(reconcile, "plan_component",
+                        lambda d, o, now: calls.append(d.component) or original(d, o, now))
+    result = scenario.run_pass()
+    assert calls == [] and result.applied == 0, (calls, result.applied)
+    scenario.fault("evict", f"{NAME}-0-default-0")
+    scenario.until(lambda s: bool(calls), seconds=30)

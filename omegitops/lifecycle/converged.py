@@ -1,0 +1,72 @@
+"""A converged component, recognised without planning it; pure.
+
+Most components of a fleet are at rest on most passes, and planning one costs
+a thousand times more than seeing that nothing it reads has changed. When a
+plan finds nothing to do (no action, no event, nothing in flight, no wake-up
+time), the InferenceReplica it writes carries a fingerprint of everything the
+plan read: the desired side (revision, shape, every resolved lifecycle value,
+whether a pinned runtime has drifted)
+and the observed side (the InferenceReplica's own spec, status and
+annotations, and the resourceVersion of each pod, Service, ControllerRevision
+and PodGroup of the component). A later pass that computes the same
+fingerprint would make the same plan, which does nothing: it is skipped.
+
+Time is not in the fingerprint, and need not be: a plan that waits for a
+moment (a deadline, a minReadySeconds window, a backoff, a grace period)
+names it as its wake-up time, and such a plan is never fingerprinted. Any
+difference, including one the fingerprint cannot explain (a field the API
+server pruned from the status), only means the component is planned as usual.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from omegitops.lifecycle.work import DesiredComponent, ObservedComponent
+
+CONVERGED_ANNOTATION = "omegitops.io/converged"
+
+
+def _versions(objects: Any) -> list[tuple[str, str]]:
+    items = objects.values() if isinstance(objects, dict) else objects
+    return sorted((o["metadata"].get("name") or "", str(o["metadata"].get("resourceVersion")))
+                  for o in items)
+
+
+def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
+                replica: dict) -> str:
+    """The fingerprint of a plan of ``desired`` against ``observed`` whose InferenceReplica
+    is ``replica`` (the one the plan writes, or the one a later pass reads)."""
+    lifecycle = desired.lifecycle
+    metadata = replica.get("metadata") or {}
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items()
+                   if k != CONVERGED_ANNOTATION}
+    document = {
+        "desired": [desired.revision, desired.teardown, desired.pinned, desired.drifted,
+                    lifecycle.shape, lifecycle.worker_size,
+                    lifecycle.replicas, {name: field.value
+                                         for name, field in sorted(lifecycle.fields.items())}],
+        "replica": [replica.get("spec"), replica.get("status"), annotations,
+                    metadata.get("labels")],
+        "pods": _versions(observed.pods),
+        "services": _versions(observed.services),
+        "revisions": _versions(observed.revisions),
+        "podgroups": None if observed.podgroups is None else _versions(observed.podgroups),
+    }
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def recorded(observed: ObservedComponent) -> str | None:
+    """The fingerprint the InferenceReplica carries, if any."""
+    metadata = (observed.replica or {}).get("metadata") or {}
+    return (metadata.get("annotations") or {}).get(CONVERGED_ANNOTATION)
+
+
+def is_converged(desired: DesiredComponent, observed: ObservedComponent) -> bool:
+    """Whether planning would find nothing to do, known without planning."""
+    mark = recorded(observed)
+    return (mark is not None and not desired.teardown
+            and mark == fingerprint(desired, observed, observed.replica or {}))

@@ -1,0 +1,109 @@
+"""A converged component is recognised without planning it (lifecycle/converged.py),
+and planned again as soon as anything it reads changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from omegitops import reconcile
+from omegitops.lifecycle.converged import CONVERGED_ANNOTATION
+from tests.scenario import converged
+
+NAME = "svc-engine"
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """The components the planner was asked about, pass by pass."""
+    calls: list[str] = []
+    original = reconcile.plan_component
+
+    def counting(desired, observed, now):
+        calls.append(desired.component)
+        return original(desired, observed, now)
+
+    monkeypatch.setattr(reconcile, "plan_component", counting)
+    return calls
+
+
+def settled(tmp_path, **service):
+    scenario, change = converged(tmp_path, **service)
+    scenario.run_pass()  # the first pass at rest records the fingerprint
+    return scenario, change
+
+
+def test_a_component_at_rest_is_not_planned_and_nothing_is_written(tmp_path, planned):
+    scenario, _ = settled(tmp_path, replicas=2)
+    mark = scenario.replica(NAME)["metadata"]["annotations"][CONVERGED_ANNOTATION]
+    before = scenario.replica(NAME)
+    planned.clear()
+    result = scenario.run_pass()
+    assert planned == [] and result.applied == 0 and not result.busy
+    assert scenario.replica(NAME) == before
+    assert scenario.replica(NAME)["metadata"]["annotations"][CONVERGED_ANNOTATION] == mark
+
+
+def test_a_lost_pod_is_seen_at_once(tmp_path, planned):
+    scenario, _ = settled(tmp_path, replicas=2, lifecycle={
+        "restartPolicy": "RecreateInstanceOnPodRestart"})
+    scenario.fault("evict", pod=f"{NAME}-0-default-0")
+    planned.clear()
+    scenario.run_pass()
+    assert planned == ["engine"]
+    assert {r["index"]: r["phase"] for r in scenario.rows(NAME)}[0] == "Restarting"
+    assert CONVERGED_ANNOTATION not in (scenario.replica(NAME)["metadata"].get("annotations")
+                                        or {})
+
+
+def test_a_manifest_change_is_planned(tmp_path, planned):
+    scenario, change = settled(tmp_path, replicas=2)
+    change(image="sglang:v2")
+    planned.clear()
+    scenario.run_pass()
+    assert planned == ["engine"]
+    assert any(r.get("operation") for r in scenario.rows(NAME))
+
+
+def test_a_reset_annotation_is_planned(tmp_path, planned):
+    from omegitops.cluster.sim import SimCluster
+
+    scenario, _ = settled(tmp_path, replicas=1)
+    with SimCluster(scenario.path) as cluster:
+        replica = cluster.get_object("InferenceReplica", "demo", NAME)
+        replica["metadata"]["annotations"]["ome.io/reset-instances"] = "all"
+        cluster.replace_object(replica)
+    planned.clear()
+    scenario.run_pass()
+    assert planned == ["engine"]
+    annotations = scenario.replica(NAME)["metadata"]["annotations"]
+    assert "ome.io/reset-instances" not in annotations  # done once, as before
+
+
+def test_a_component_waiting_for_a_moment_is_never_fingerprinted(tmp_path, planned):
+    """A minReadySeconds window is time the plan waits on: planned every pass."""
+    scenario, change = converged(tmp_path, replicas=1, lifecycle={"minReadySeconds": 600})
+    change(image="sglang:v2", lifecycle={"minReadySeconds": 600})
+    scenario.until(lambda s: any((r.get("operation") or {}).get("step") == "SurgeWaitAvailable"
+                                 for r in s.rows(NAME)))
+    for _ in range(3):
+        planned.clear()
+        scenario.run_pass()
+        assert planned == ["engine"]
+        assert CONVERGED_ANNOTATION not in (
+            scenario.replica(NAME)["metadata"].get("annotations") or {})
+        scenario.advance(60)
+
+
+def test_plan_calls_a_cluster_at_rest_unchanged_before_the_fingerprint_is_recorded(
+        tmp_path, cli):
+    from omegitops.cluster.sim import SimCluster
+
+    scenario, _ = settled(tmp_path, replicas=2)
+    # As a cluster last reconciled by a version that recorded no fingerprint.
+    with SimCluster(scenario.path) as cluster:
+        replica = cluster.get_object("InferenceReplica", "demo", NAME)
+        del replica["metadata"]["annotations"][CONVERGED_ANNOTATION]
+        cluster.replace_object(replica)
+    code, _, _ = cli("plan", "--repo", str(scenario.repo), "--cluster",
+                     f"sim:{scenario.path}", "--detailed-exitcode", "--no-forecast")
+    assert code == 0
