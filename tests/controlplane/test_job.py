@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,12 @@ def examples_in_cluster(ome_crds, tmp_path):
     """The examples' namespaces, runtimes and InferenceServices in the API, as a cluster
     with OME installed and the repository synced has them."""
     cp = ome_crds
+    # The job lists across namespaces: an earlier test's namespace still terminating
+    # would show in its first report as an unknown InferenceReplica, gone by the next.
+    deadline = time.monotonic() + 120
+    while any(n["metadata"].get("deletionTimestamp") for n in cp.list("v1", "Namespace")):
+        assert time.monotonic() < deadline, "an earlier test's namespace is still going"
+        time.sleep(1)
     for namespace in example_namespaces():
         cp.create_namespace(namespace, wait=True)
     # OME 1.2's CRDs predate the OMENative fields (spec.*.lifecycle): the API server

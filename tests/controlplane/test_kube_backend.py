@@ -640,6 +640,14 @@ def test_reconcile_as_the_job_creates_what_it_manages_and_a_converged_pass_write
                                                    ns)] == ["gang-engine-0"]
 
     before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+    # The first run at rest may record converged fingerprints (lifecycle/converged.py):
+    # InferenceReplica writes and nothing else.
+    requests.reset()
+    settle = run_job(cp, argv, tmp_path)
+    assert settle.returncode == 0, settle.stderr[-3000:]
+    recorded = {path for verb, path, _ in requests() if verb in WRITE_VERBS
+                and "/leases" not in path and not path.endswith("/selfsubjectaccessreviews")}
+    assert all("/inferencereplicas/" in path for path in recorded), recorded
     requests.reset()
     again = run_job(cp, argv, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
