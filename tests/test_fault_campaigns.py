@@ -554,3 +554,30 @@ def test_a_fresh_start_cut_short_rebuilds_the_whole_gang(tmp_path):
     scenario.until_idle()
     _assert_on_target(scenario)
     assert not old & {p["metadata"]["uid"] for p in scenario.pods()}
+
+
+def _recorded_campaign(tmp_path, name: str) -> None:
+    """A campaign the nightly run recorded (``tests/campaign_plans/``), run again."""
+    import json
+
+    from tests.chaos import Service
+
+    plan = json.loads((Path(__file__).parent / "campaign_plans" / f"{name}.json").read_text())
+    plan = {**plan, "fleet": [Service(**svc) for svc in plan["fleet"]],
+            "events": [(at, tuple(event)) for at, event in plan["events"]]}
+    run_campaign(tmp_path, plan)
+
+
+def test_a_replacement_with_no_pods_is_recorded_deleting_before_it_leaves(tmp_path):
+    """Nightly seed 34: a superseded gang surge whose replacement had no pods yet was
+    abandoned, and with every step taken at once the replacement left the record in
+    the same pass, never recorded Deleting: a pass cut after that record would not know
+    what was left (its PodGroup). An Instance now leaves only on a later pass."""
+    _recorded_campaign(tmp_path, "seed34-replacement-dropped-unrecorded")
+
+
+def test_a_gang_surge_waiting_for_its_abandoned_replacement_keeps_its_slot(tmp_path):
+    """Nightly seed 45: a gang source at SurgeCreate waited for an abandoned replacement
+    to go and held no surge slot meanwhile; other Instances took the slots, and when it
+    went on the component ran 7 Instances over a ceiling of 6. It holds its slot now."""
+    _recorded_campaign(tmp_path, "seed45-gang-surge-waiting-holds-its-slot")

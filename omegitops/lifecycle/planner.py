@@ -229,6 +229,11 @@ def _advance(work: Work, row: dict) -> str | None:
         outcome = _step(work, row)
         if outcome == GONE or not row.get("operation") or len(work.actions) != writes:
             return outcome
+        if row["operation"].get("type") == DELETE:
+            # An Instance leaves the record only on a pass after one that recorded it
+            # Deleting: a pass cut short after its record is written still knows what
+            # is left to remove (its PodGroup, a pod that appears late).
+            return outcome
         if _progress(row) == before:
             return outcome
     return None

@@ -64,9 +64,16 @@ def surge_in_use(work: Work) -> tuple[int, list[str], list[float]]:
         own = need if counts_toward_desired(work, row) else 0
         extra = max(0, len(pods) - own)
         operation = row.get("operation") or {}
-        # An in-flight surge holds its slot from its start, before its pods are listed.
+        # An in-flight surge holds its slot from its start, before its pods are listed:
+        # a single pod's from its Update, a gang's through its replacement Instance, and
+        # before that exists (its source waits for an abandoned one to go) through the
+        # source, or other starts would take the slot meanwhile.
+        gang_waiting = (work.desired.gang and operation.get("mode") == SURGE
+                        and operation.get("type") == UPDATE
+                        and not any(r.get("surgeOf") == row["index"]
+                                    for r in work.rows.values()))
         reserved = (operation.get("mode") == SURGE and not work.desired.gang) or (
-            row.get("surgeOf") is not None and not own)
+            row.get("surgeOf") is not None and not own) or gang_waiting
         if not extra and not reserved:
             continue
         slots += max(math.ceil(extra / need), 1 if reserved else 0)
