@@ -581,3 +581,10 @@ def test_a_gang_surge_waiting_for_its_abandoned_replacement_keeps_its_slot(tmp_p
     to go and held no surge slot meanwhile; other Instances took the slots, and when it
     went on the component ran 7 Instances over a ceiling of 6. It holds its slot now."""
     _recorded_campaign(tmp_path, "seed45-gang-surge-waiting-holds-its-slot")
+
+
+def test_a_gang_replacement_whose_source_went_away_is_rolled_like_any_instance(tmp_path):
+    """Nightly seed 52: a gang surge's source was deleted before it handed over, and its
+    replacement kept the mark of one; a replacement is never a rollout candidate, so it
+    stayed on its revision for good. It is released to be an Instance like any other."""
+    _recorded_campaign(tmp_path, "seed52-orphaned-gang-replacement")

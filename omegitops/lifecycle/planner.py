@@ -57,6 +57,7 @@ from omegitops.lifecycle.work import (
     CREATE,
     CREATING,
     DELETE,
+    DELETING,
     DRAIN,
     FAILED,
     READY,
@@ -113,6 +114,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             work.moved.add(index)
         if _advance(work, row) == GONE:
             del work.rows[index]
+    _release_orphaned_replacements(work)
     if not desired.teardown:
         # An Instance on its way out is not repaired: the teardown removes it whole, and a
         # torn-down component may have lost the templates a rebuild would need.
@@ -273,6 +275,21 @@ def _step(work: Work, row: dict) -> str | None:
     if operation["type"] == DELETE:
         return step_delete(work, row)
     return None
+
+
+def _release_orphaned_replacements(work: Work) -> None:
+    """A gang replacement whose source no longer surges toward it (the source was scaled
+    away or deleted, or its update ended otherwise) is an Instance like any other: it
+    fills a place, and later rollouts move it. Kept marked, it would stay on its
+    revision for good, since a replacement is never a rollout candidate. One being
+    deleted keeps the mark: a new surge of its source waits for it to go."""
+    for row in work.rows.values():
+        if row.get("surgeOf") is None or row.get("phase") == DELETING:
+            continue
+        source = work.rows.get(row["surgeOf"])
+        operation = (source or {}).get("operation") or {}
+        if operation.get("mode") != "Surge" or operation.get("replacement") != row["index"]:
+            row.pop("surgeOf")
 
 
 def _retry_update(work: Work, row: dict) -> None:
