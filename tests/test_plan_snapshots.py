@@ -9,6 +9,7 @@ writes them again (review the diff before committing it).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -156,3 +157,31 @@ def test_a_base_that_is_not_a_commit_is_an_input_error(tmp_path, capsys):
     base_and_change(repo, lambda r: write_service(repo / "manifests", replicas=2))
     assert main(["plan", "--repo", str(repo / "manifests"), "--base", "nope"]) == 1
     assert "--base nope: no such commit" in capsys.readouterr().err
+
+
+def test_the_base_state_is_the_commit_the_committed_report_names(tmp_path, capsys):
+    """The job last reconciled commit A and reported it; main has moved on to B since
+    (not yet reconciled). A pull request on top of B is planned from A's state: the
+    change B made is still to come, as the cluster will see it."""
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo / "manifests")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "A")
+    reported = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "status").mkdir()
+    (repo / "status/status.json").write_text(json.dumps({"revision": reported}))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "the job's report of A")
+    qwen = repo / "manifests/runtimes/srt-qwen3-0-6b.yaml"
+    _replace_in(qwen, "sglang:v0.5.5.post3-cu129-amd64", "sglang:v0.5.6-cu129-amd64")
+    git(repo, "commit", "-q", "-a", "-m", "B")
+    git(repo, "checkout", "-q", "-b", "change")
+    services = repo / "manifests/services"
+    chat = next(p for p in sorted(services.rglob("*.yaml")) if "llama-chat" in p.read_text())
+    _replace_in(chat, "minReadySeconds: 900", "minReadySeconds: 600")
+    git(repo, "commit", "-q", "-a", "-m", "PR")
+    out = plan(repo, capsys)
+    assert "the state the job last reported (commit <base>, named by the status report" in out
+    assert out.startswith("**Plan: 2 of 7 managed components to change;")
+    assert "| minReadySeconds | 900 | 600 |" in out
