@@ -14,9 +14,8 @@ from omegitops.cluster.sim.sizing import NodePool, size_for
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.desired import build_desired
 from omegitops.lifecycle.instance import PodSpecInput, instance_pods
+from omegitops.lifecycle.resolve import SURGE_THEN_DRAIN
 from omegitops.manifests.load import ServiceComponent
-
-SURGE_THEN_DRAIN = "SurgeThenDrain"
 
 
 def peak_instances(item: ServiceComponent) -> int:

@@ -23,7 +23,7 @@ from omegitops.errors import InputError
 from omegitops.gitops.commit import read_json
 from omegitops.gitops.credentials import git_environment
 from omegitops.gitops.gitcmd import Git, GitError
-from omegitops.gitops.repo import _work_tree
+from omegitops.gitops.repo import work_tree
 
 REPORT_FILE = "status.json"
 
@@ -55,7 +55,7 @@ class Base:
 
 def base_manifests(repo: Path, ref: str, report_dir: str, scratch: Path) -> Base:
     """Export the manifests the plan of ``repo`` against ``ref`` starts from."""
-    tree = _work_tree(repo)
+    tree = work_tree(repo)
     if tree is None:
         raise InputError(f"--base needs a git repository; {repo} is not in one")
     git = Git(tree, git_environment("", None))

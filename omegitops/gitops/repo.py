@@ -87,7 +87,7 @@ def _cloned(url: str, branch: str | None, path: str | None,
 
 def _in_place(folder: str, branch: str | None, path: str | None, writable: bool) -> Checkout:
     given = Path(folder)
-    tree = _work_tree(given) if (writable or branch) else None
+    tree = work_tree(given) if (writable or branch) else None
     if branch and tree is None:
         raise UsageError(f"--branch needs a git repository; {folder} is a plain folder")
     if writable and tree is None:
@@ -127,7 +127,7 @@ def _head_of_folder(folder: Path) -> str | None:
         found.close()
 
 
-def _work_tree(folder: Path) -> Path | None:
+def work_tree(folder: Path) -> Path | None:
     """The top of the git work tree holding ``folder``, or None."""
     git = require("git", "--commit and --branch")
     try:

@@ -29,6 +29,11 @@ from omegitops.lifecycle.work import DesiredComponent, ObservedComponent
 CONVERGED_ANNOTATION = "omegitops.io/converged"
 
 
+def unmarked(annotations: dict | None) -> dict:
+    """Annotations without the converged fingerprint."""
+    return {k: v for k, v in (annotations or {}).items() if k != CONVERGED_ANNOTATION}
+
+
 def _versions(objects: Any) -> list[tuple[str, str]]:
     items = objects.values() if isinstance(objects, dict) else objects
     return sorted((o["metadata"].get("name") or "", str(o["metadata"].get("resourceVersion")))
@@ -41,8 +46,7 @@ def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
     is ``replica`` (the one the plan writes, or the one a later pass reads)."""
     lifecycle = desired.lifecycle
     metadata = replica.get("metadata") or {}
-    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items()
-                   if k != CONVERGED_ANNOTATION}
+    annotations = unmarked(metadata.get("annotations"))
     document = {
         "desired": [desired.revision, desired.teardown, desired.pinned, desired.drifted,
                     lifecycle.shape, lifecycle.worker_size,

@@ -23,7 +23,7 @@ from typing import Any
 from omegitops.lifecycle import outbox
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, ApplyObject, DeleteObject, Event
-from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint
+from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint, unmarked
 from omegitops.lifecycle.failures import check_instance
 from omegitops.lifecycle.operations import (
     CREATE_PODS,
@@ -62,6 +62,7 @@ from omegitops.lifecycle.work import (
     FAILED,
     READY,
     RESTART,
+    SURGE,
     UPDATE,
     UPDATING,
     DesiredComponent,
@@ -169,8 +170,7 @@ def _mark_converged(replica: dict, desired: DesiredComponent, observed: Observed
     """Fingerprint a plan that does nothing, so that a later pass that reads the same
     can skip planning (lifecycle/converged.py); any other plan drops the fingerprint."""
     metadata = replica["metadata"]
-    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items()
-                   if k != CONVERGED_ANNOTATION}
+    annotations = unmarked(metadata.get("annotations"))
     if at_rest:
         annotations[CONVERGED_ANNOTATION] = fingerprint(desired, observed, replica)
     if annotations or "annotations" in metadata:
@@ -181,10 +181,8 @@ def _unmarked(replica: dict | None) -> dict | None:
     """The InferenceReplica without its converged fingerprint."""
     if replica is None:
         return None
-    metadata = dict(replica.get("metadata") or {})
-    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items()
-                   if k != CONVERGED_ANNOTATION}
-    metadata["annotations"] = annotations
+    metadata = {**(replica.get("metadata") or {})}
+    metadata["annotations"] = unmarked(metadata.get("annotations"))
     return {**replica, "metadata": metadata}
 
 
@@ -288,7 +286,7 @@ def _release_orphaned_replacements(work: Work) -> None:
             continue
         source = work.rows.get(row["surgeOf"])
         operation = (source or {}).get("operation") or {}
-        if operation.get("mode") != "Surge" or operation.get("replacement") != row["index"]:
+        if operation.get("mode") != SURGE or operation.get("replacement") != row["index"]:
             row.pop("surgeOf")
 
 
