@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from omegitops.cluster.base import (
     CONTROLLER_REVISION,
     INFERENCE_REPLICA,
+    POD,
     POD_GROUP,
     SERVICE,
     SERVING_GATE,
@@ -87,23 +88,61 @@ def _owner(obj: dict) -> tuple[str, str, str]:
     return meta.get("namespace", ""), labels.get(LABEL_ISVC, ""), labels.get(LABEL_COMPONENT, "")
 
 
+def owner_key(obj: dict) -> tuple[str, str, str]:
+    """(namespace, service, component) of a managed object, from its labels."""
+    return _owner(obj)
+
+
+def observed_kinds(cluster: Cluster) -> list[str]:
+    """The kinds a pass observes on this cluster."""
+    kinds = [POD, INFERENCE_REPLICA, CONTROLLER_REVISION, SERVICE]
+    return kinds + [POD_GROUP] if cluster.has_kind(POD_GROUP) else kinds
+
+
 def observe(cluster: Cluster) -> Observation:
     """List every managed object: a fixed number of calls, never one per component."""
     seen = Observation()
-    for pod in cluster.list_pods(MANAGED):
-        seen.pods.setdefault(_owner(pod), []).append(pod)
-    for replica in cluster.list_objects(INFERENCE_REPLICA, MANAGED):
-        meta = replica["metadata"]
-        seen.replicas[(meta.get("namespace", ""), meta["name"])] = replica
-    for revision in cluster.list_objects(CONTROLLER_REVISION, MANAGED):
-        seen.revisions.setdefault(_owner(revision), []).append(revision)
-    for service in cluster.list_objects(SERVICE, MANAGED):
-        seen.services.setdefault(_owner(service), {})[service["metadata"]["name"]] = service
-    if cluster.has_kind(POD_GROUP):
+    kinds = observed_kinds(cluster)
+    if POD_GROUP in kinds:
         seen.podgroups = {}
-        for group in cluster.list_objects(POD_GROUP, MANAGED):
-            seen.podgroups.setdefault(_owner(group), {})[group["metadata"]["name"]] = group
+    for kind in kinds:
+        _file(seen, kind, cluster.list_objects(kind, MANAGED))
     return seen
+
+
+def observe_keys(cluster: Cluster, seen: Observation, keys: set[tuple[str, str, str]]) -> None:
+    """Bring ``seen`` up to date for the components ``keys`` only, from a cluster that
+    watches what ``observe`` lists (``Cluster.list_keyed``)."""
+    for key in keys:
+        seen.pods.pop(key, None)
+        seen.revisions.pop(key, None)
+        seen.services.pop(key, None)
+        if seen.podgroups is not None:
+            seen.podgroups.pop(key, None)
+    for name in [name for name, replica in seen.replicas.items() if _owner(replica) in keys]:
+        del seen.replicas[name]
+    for kind in observed_kinds(cluster):
+        _file(seen, kind, cluster.list_keyed(kind, MANAGED, keys))
+
+
+def _file(seen: Observation, kind: str, objects: list[dict]) -> None:
+    """Put listed objects of one kind where ``Observation.component`` looks for them."""
+    if kind == POD:
+        for pod in objects:
+            seen.pods.setdefault(_owner(pod), []).append(pod)
+    elif kind == INFERENCE_REPLICA:
+        for replica in objects:
+            meta = replica["metadata"]
+            seen.replicas[(meta.get("namespace", ""), meta["name"])] = replica
+    elif kind == CONTROLLER_REVISION:
+        for revision in objects:
+            seen.revisions.setdefault(_owner(revision), []).append(revision)
+    elif kind == SERVICE:
+        for service in objects:
+            seen.services.setdefault(_owner(service), {})[service["metadata"]["name"]] = service
+    elif kind == POD_GROUP and seen.podgroups is not None:
+        for group in objects:
+            seen.podgroups.setdefault(_owner(group), {})[group["metadata"]["name"]] = group
 
 
 @dataclass
@@ -122,12 +161,21 @@ class PassResult:
     # True when RBAC does not grant what the run needs: nothing was written, and the
     # run stops (errors holds one line per missing permission).
     forbidden: bool = False
+    # A pass that planned only what changed (omegitops.incremental): the last plan of
+    # every other component, already applied, which still counts for busy and wake_at.
+    carried: list[tuple[ServiceComponent | None, Plan]] = field(default_factory=list)
+    # Components whose plan or writes failed this pass: planned again on the next.
+    failed: set[tuple[str, str, str]] = field(default_factory=set)
+
+    @property
+    def all_plans(self) -> list[tuple[ServiceComponent | None, Plan]]:
+        return self.plans + self.carried
 
     @property
     def busy(self) -> bool:
         # A pass that could not observe knows nothing: treat it as busy so that
         # --until-idle tries again rather than stopping as if all were done.
-        return not self.observed or any(plan.busy for _, plan in self.plans)
+        return not self.observed or any(plan.busy for _, plan in self.all_plans)
 
     @property
     def moved(self) -> bool:
@@ -137,7 +185,7 @@ class PassResult:
 
     @property
     def wake_at(self) -> datetime | None:
-        wakes = [plan.wake_at for _, plan in self.plans if plan.wake_at]
+        wakes = [plan.wake_at for _, plan in self.all_plans if plan.wake_at]
         return min(wakes) if wakes else None
 
 
@@ -155,28 +203,34 @@ class Pruning:
 
 @without_gc_pauses  # see omegitops/gcpause.py: a third of a big pass was full collections
 def plan_all(cluster: Cluster, items: list[ServiceComponent],
-             prune: Pruning | None = None) -> PassResult:
-    """Observe once and plan every managed component; no writes."""
+             prune: Pruning | None = None, seen: Observation | None = None,
+             only: set[tuple[str, str, str]] | None = None) -> PassResult:
+    """Observe once (unless ``seen`` is given) and plan every managed component, or
+    those whose key is in ``only``; no writes."""
     now = cluster.now()
-    seen = observe(cluster)
+    if seen is None:
+        seen = observe(cluster)
     result = PassResult(now=now)
-    wanted = set()
+    # Wanted even when its plan fails: a component that cannot be planned is never
+    # torn down by --prune as if it had left the repository.
+    wanted = {component_key(item) for item in items if item.lifecycle.managed}
     for item in items:
         if not item.lifecycle.managed:
             continue
-        # Wanted even when its plan fails: a component that cannot be planned is never
-        # torn down by --prune as if it had left the repository.
-        wanted.add(component_key(item))
+        key = component_key(item)
+        if only is not None and key not in only:
+            continue
         try:
             _, _, plan = plan_item(seen, item, now)
         except Exception as err:  # noqa: BLE001 - one component's failure stays its own
             result.errors.append(planning_error(item, err))
+            result.failed.add(key)
             continue
         result.plans.append((item, plan))
     for key, replica in sorted(seen.replicas.items()):
         spec = replica.get("spec") or {}
         owner = (key[0], spec.get("inferenceService", ""), spec.get("component", ""))
-        if owner in wanted:
+        if owner in wanted or (only is not None and owner not in only):
             continue
         if prune is None or owner[:2] in prune.keep:
             result.orphans.append((f"{key[0]}/{key[1]}", owner[:2]))
@@ -187,9 +241,17 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
         except Exception as err:  # noqa: BLE001 - one component's failure stays its own
             result.errors.append(f"{key[0]}/{key[1]}: teardown not planned, "
                                  f"{type(err).__name__}: {err}")
+            result.failed.add(owner)
             continue
         result.plans.append((None, plan))
     return result
+
+
+def plan_key(plan: Plan) -> tuple[str, str, str]:
+    """(namespace, service, component) of the component a plan is for."""
+    spec = plan.replica.get("spec") or {}
+    return (plan.replica["metadata"].get("namespace", ""), spec.get("inferenceService", ""),
+            spec.get("component", ""))
 
 
 def component_key(item: ServiceComponent) -> tuple[str, str, str]:
@@ -244,10 +306,12 @@ def teardown_desired(replica: dict, observed: ObservedComponent) -> DesiredCompo
 
 @without_gc_pauses
 def run_pass(cluster: Cluster, items: list[ServiceComponent],
-             prune: Pruning | None = None) -> PassResult:
-    """Observe, plan and apply one pass."""
+             prune: Pruning | None = None, seen: Observation | None = None,
+             only: set[tuple[str, str, str]] | None = None) -> PassResult:
+    """Observe, plan and apply one pass (of the components in ``only``, on ``seen``,
+    when given: see ``plan_all``)."""
     try:
-        result = plan_all(cluster, items, prune)
+        result = plan_all(cluster, items, prune, seen, only)
     except ClusterError as err:
         # A failed LIST leaves the observation incomplete: acting on part of it could
         # recreate pods that exist or drop rows whose pods were not listed. The pass is
@@ -264,8 +328,10 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent],
         except Conflict as err:
             # Someone else wrote the InferenceReplica: plan it again next pass.
             log.info("%s: %s; planning it again next pass", plan.replica["metadata"]["name"], err)
+            result.failed.add(plan_key(plan))
         except ClusterError as err:
             result.errors.append(f"{plan.replica['metadata']['name']}: {err}")
+            result.failed.add(plan_key(plan))
     result.applied = writes.count
     return result
 
@@ -460,6 +526,9 @@ def _event(replica: dict, event: Event, now: datetime, uid: str | None,
 # A pass that acted is followed at once by another; this bounds a run whose
 # plans keep acting without the clock moving (which would be a bug).
 MAX_PASSES = 5000
+# Passes that plan what changed are many more and each much smaller: one per
+# burst of watch events.
+MAX_WATCHED_PASSES = 1_000_000
 IDLE = "idle"
 BUDGET_SPENT = "time budget spent with work in flight"
 STUCK = "still busy, but nothing will change by itself"
@@ -479,8 +548,9 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
     planned wake-up and ``poll_seconds`` from now, and once more at the budget's end.
     """
     stop_at = cluster.now() + timedelta(seconds=max_seconds)
-    for _ in range(MAX_PASSES):
-        result = run_pass(cluster, items, prune)
+    passes = _watching(cluster, items, prune)
+    for _ in range(MAX_PASSES if passes is None else MAX_WATCHED_PASSES):
+        result = run_pass(cluster, items, prune) if passes is None else passes.run_pass()
         if on_pass is not None:
             on_pass(result)
         if not result.busy:
@@ -488,9 +558,12 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
         if result.forbidden:
             return FORBIDDEN
         if cluster.poll_seconds:
-            wake = _next_look(cluster, result, stop_at)
+            wake = _next_look(cluster, result, stop_at, watching=passes is not None)
             if wake is None:
                 return BUDGET_SPENT
+            if passes is not None:
+                passes.wait(wake)
+                continue
         else:
             if result.moved:
                 cluster.advance(_gap(cluster, result.now))
@@ -504,19 +577,35 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
     return PASS_LIMIT
 
 
-def _next_look(cluster: Cluster, result: PassResult, stop_at: datetime) -> datetime | None:
+def _watching(cluster: Cluster, items: list[ServiceComponent], prune: Pruning | None):
+    """The run's incremental passes when the cluster watches (``omegitops.incremental``),
+    else None: every pass lists and plans everything."""
+    from omegitops.incremental import IncrementalPasses
+
+    try:
+        return IncrementalPasses.start(cluster, items, prune)
+    except ClusterError as err:
+        # The first LISTs failed: the passes list as before, and report it.
+        log.warning("not watching: %s; listing on every pass", err)
+        return None
+
+
+def _next_look(cluster: Cluster, result: PassResult, stop_at: datetime,
+               watching: bool = False) -> datetime | None:
     """When a cluster that cannot say what it will do next is looked at again.
 
     Never later than ``poll_seconds`` from now, whatever is planned: a pod may become
     ready long before the deadline a plan wakes up for, and only a look puts it into
     rotation. After a pass that wrote, within a second, as the next step of an
-    operation often follows at once. Capped at the budget's end, so that the last
-    look is there; None once that look has been made.
+    operation often follows at once (when the cluster watches, a change wakes the
+    run before then anyway). Capped at the budget's end, so that the last look is
+    there; None once that look has been made.
     """
     now = cluster.now()
     if now >= stop_at:
         return None
-    wait = min(1.0, cluster.poll_seconds) if result.moved else cluster.poll_seconds
+    moved = result.moved and not watching
+    wait = min(1.0, cluster.poll_seconds) if moved else cluster.poll_seconds
     candidates = [now + timedelta(seconds=wait), stop_at]
     if result.wake_at is not None:
         candidates.append(result.wake_at)

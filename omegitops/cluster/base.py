@@ -14,6 +14,7 @@ leaving saves and releases it.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Hashable, Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Self
@@ -72,6 +73,35 @@ class Cluster(abc.ABC):
         It can be ``now()`` when work is due at once (a new pod to schedule).
         A real cluster cannot know and returns None.
         """
+
+    # -- watches --------------------------------------------------------------
+    #
+    # A backend that can watch (a real cluster) keeps a run's lists current
+    # between passes, so that a pass costs what changed rather than what exists
+    # (omegitops.incremental). The simulator does not need to: its lists are
+    # reads of its own memory, and its clock jumps to each change.
+
+    def watch(self, kind: str, labels: dict[str, str] | None,
+              key_of: Callable[[dict], Hashable]) -> bool:
+        """From now on, keep ``list_objects(kind, labels)`` current from a watch, with
+        each object filed under ``key_of(object)``. False when the backend does not
+        watch; then nothing changes."""
+        return False
+
+    def changed_keys(self) -> set[Hashable] | None:
+        """The keys of watched objects that changed since the last call; None when
+        that is not known (no watches, or a watch had to list again)."""
+        return None
+
+    def list_keyed(self, kind: str, labels: dict[str, str] | None,
+                   keys: Iterable[Hashable]) -> list[dict]:
+        """The objects of a watched ``list_objects(kind, labels)`` filed under ``keys``."""
+        raise NotImplementedError(f"{kind} is not watched")
+
+    def wait_for_change(self, seconds: float) -> bool:
+        """Wait up to ``seconds``, less when a watched object changes; whether one did."""
+        self.advance(seconds)
+        return False
 
     # -- discovery ------------------------------------------------------------
 

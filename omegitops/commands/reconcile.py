@@ -124,10 +124,13 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
             passes += 1
             print_errors(result.errors)
             failed |= bool(result.errors)
-            busy = [plan.component for _, plan in result.plans if plan.busy]
-            log.info("pass %d at %s: %d writes, %d of %d components busy", passes,
+            if result.carried and not result.plans:
+                return  # a pass on watches with nothing to plan: not worth a line
+            busy = [plan.component for _, plan in result.all_plans if plan.busy]
+            planned = f", {len(result.plans)} planned" if result.carried else ""
+            log.info("pass %d at %s: %d writes, %d of %d components busy%s", passes,
                      result.now.strftime("%Y-%m-%dT%H:%M:%SZ"), result.applied, len(busy),
-                     len(result.plans))
+                     len(result.all_plans), planned)
             for orphan, owner in result.orphans:
                 if orphan in warned:
                     continue  # once per run, not once per pass

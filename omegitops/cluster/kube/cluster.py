@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Hashable, Iterable
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self
@@ -38,6 +39,7 @@ from omegitops.cluster.kube.resources import (
     label_selector,
 )
 from omegitops.cluster.kube.rest import MERGE_PATCH, STRATEGIC_PATCH, Rest, RetryPolicy
+from omegitops.cluster.kube.watches import WATCH_SECONDS, WatchedKind, Watches
 from omegitops.cluster.lease import DEFAULT_DURATION_SECONDS, Lease
 from omegitops.cluster.sequences import already_counted
 
@@ -79,6 +81,7 @@ class KubeCluster(Cluster):
         self._missing: list[str] | None = None  # permissions not granted, once asked
         self._service_status_dropped = False  # the CRD prunes status.components.*.lifecycle
         self.page_size = PAGE_SIZE
+        self.watches: Watches | None = None  # once watch() is called
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -90,6 +93,8 @@ class KubeCluster(Cluster):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         try:
+            if self.watches is not None:
+                self.watches.stop()
             if self.lease is not None:
                 self.lease.release()
         finally:
@@ -114,6 +119,91 @@ class KubeCluster(Cluster):
 
     def next_transition_at(self) -> datetime | None:
         return None  # a real cluster does not announce what it will do
+
+    # -- watches ------------------------------------------------------------------
+
+    def watch(self, kind: str, labels: dict[str, str] | None,
+              key_of: Callable[[dict], Hashable]) -> bool:
+        """LIST the kind once, then keep that list current from a watch
+        (``omegitops.cluster.kube.watches``); ``list_objects(kind, labels)`` answers
+        from it from now on. False, after a warning, when the watch cannot start."""
+        if self.watches is None:
+            self.watches = Watches()
+        if self.watches.get(kind, labels) is not None:
+            return True
+        resource = self._resource(kind)
+        watched = WatchedKind(resource, labels, key_of, self.watches.changes,
+                              lambda: self._list_versioned(resource, labels),
+                              self._watch_request(resource))
+        watched.fill(*self._list_versioned(resource, labels))
+        self.watches.add(kind, watched)
+        watched.start()
+        return True
+
+    def changed_keys(self) -> set[Hashable] | None:
+        if self.watches is None or any(w.failure for w in self.watches.kinds.values()):
+            return None
+        return self.watches.changes.take()
+
+    def list_keyed(self, kind: str, labels: dict[str, str] | None,
+                   keys: Iterable[Hashable]) -> list[dict]:
+        watched = self.watches.get(kind, labels) if self.watches is not None else None
+        if watched is None:
+            raise NotImplementedError(f"{kind} is not watched")
+        return watched.items(keys)
+
+    def wait_for_change(self, seconds: float) -> bool:
+        """Wait until a watched object changes or ``seconds`` pass, renewing the Lease;
+        whether something changed. Without watches, just waits."""
+        if self.watches is None:
+            self.advance(seconds)
+            return False
+        deadline = time.monotonic() + max(0.0, seconds)
+        changes = self.watches.changes
+        while (left := deadline - time.monotonic()) > 0:
+            step = left if self.lease is None else min(left, self.lease.duration_seconds / 3)
+            if changes.wait(step):
+                return True
+            if self.lease is not None:
+                self.lease.renew_if_due()
+        return changes.pending()
+
+    def _watch_request(self, resource: Resource):
+        """The watch call ``kubernetes.watch.Watch.stream`` makes: a GET of the
+        collection with ``watch=1``, answered as a stream of JSON lines."""
+        rest = self.rest
+
+        def watch_collection(*, resource_version: str = "", label_selector: str | None = None,
+                             allow_watch_bookmarks: bool = True, timeout_seconds: int = 0,
+                             **_client_flags):
+            query = {"watch": "1", "resourceVersion": resource_version or None,
+                     "labelSelector": label_selector,
+                     "allowWatchBookmarks": "true" if allow_watch_bookmarks else None,
+                     "timeoutSeconds": timeout_seconds or None}
+            return rest.stream("GET", resource.path(), query=query,
+                               what=f"{resource.kind} watch",
+                               read_timeout=(timeout_seconds or WATCH_SECONDS) + 30)
+
+        return watch_collection
+
+    def _remember(self, resource: Resource, obj: dict) -> dict:
+        """Keep a watched kind's store up to date with the answer to a write."""
+        if self.watches is not None and obj.get("metadata"):
+            for watched in self.watches.of_kind(resource.kind):
+                watched.remember(obj)
+        return obj
+
+    def _forget(self, resource: Resource, namespace: str | None, name: str,
+                answer: dict) -> None:
+        """A delete answered with a Status (the object is gone at once): out of the store.
+        An answer that is the object itself (graceful deletion, finalizers) is kept."""
+        if self.watches is None:
+            return
+        if answer.get("kind") == "Status" or not answer.get("metadata"):
+            for watched in self.watches.of_kind(resource.kind):
+                watched.forget(namespace, name)
+        else:
+            self._remember(resource, resource.fill_type(answer))
 
     # -- discovery ----------------------------------------------------------------
 
@@ -149,8 +239,9 @@ class KubeCluster(Cluster):
         """DELETE with ``gracePeriodSeconds`` (omitted: the pod's own grace applies)."""
         resource = RESOURCES[base.POD]
         query = {"gracePeriodSeconds": None if grace_seconds is None else int(grace_seconds)}
-        self.rest.request("DELETE", resource.path(namespace, name), query=query,
-                          what=resource.object_id(namespace, name))
+        answer = self.rest.request("DELETE", resource.path(namespace, name), query=query,
+                                   what=resource.object_id(namespace, name))
+        self._forget(resource, namespace, name, answer)
 
     def set_pod_condition(self, namespace: str, name: str, type: str, status: bool,
                           reason: str = "", message: str = "") -> dict:
@@ -181,6 +272,9 @@ class KubeCluster(Cluster):
         list took longer than etcd keeps its history) restarts the list once, from the
         start, as the pages read so far may not fit with the rest.
         """
+        watched = self.watches.get(kind, labels) if self.watches is not None else None
+        if watched is not None:
+            return watched.items()
         resource = self._resource(kind)
         try:
             try:
@@ -193,17 +287,25 @@ class KubeCluster(Cluster):
                            f"{_crd_hint(kind)}") from err
 
     def _list_pages(self, resource: Resource, labels: dict[str, str] | None) -> list[dict]:
+        return self._list_versioned(resource, labels)[0]
+
+    def _list_versioned(self, resource: Resource,
+                        labels: dict[str, str] | None) -> tuple[list[dict], str]:
+        """Every page of one LIST, and the list's resourceVersion (the same on every
+        page of a continued list: the snapshot a watch starts from)."""
         items: list[dict] = []
-        token = None
+        token, version = None, ""
         while True:
             query = {"labelSelector": label_selector(labels), "limit": self.page_size,
                      "continue": token}
             found = self.rest.request("GET", resource.path(), query=query,
-                                      what=f"{resource.kind} list")
+                                      what=f"{resource.kind} list", counted_as="lists")
             items.extend(resource.fill_type(item) for item in found.get("items") or [])
-            token = (found.get("metadata") or {}).get("continue")
+            meta = found.get("metadata") or {}
+            version = version or meta.get("resourceVersion") or ""
+            token = meta.get("continue")
             if not token:
-                return items
+                return items, version
 
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:
         try:
@@ -231,8 +333,9 @@ class KubeCluster(Cluster):
         if kind == base.POD:
             return self.delete_pod(namespace or "", name)
         resource = self._resource(kind)
-        self.rest.request("DELETE", resource.path(namespace, name),
-                          what=resource.object_id(namespace, name))
+        answer = self.rest.request("DELETE", resource.path(namespace, name),
+                                   what=resource.object_id(namespace, name))
+        self._forget(resource, namespace, name, answer)
 
     def record_event(self, event: dict) -> dict | None:
         """Create the Event, or count a repeat on the one with the same deterministic name;
@@ -344,9 +447,9 @@ class KubeCluster(Cluster):
             raise Invalid(f"{resource.kind}/{name}: metadata.namespace is required")
         body = {**obj, "metadata": {k: v for k, v in meta.items() if k not in SERVER_FIELDS}}
         resource.fill_type(body)
-        return resource.fill_type(self.rest.request(
+        return self._remember(resource, resource.fill_type(self.rest.request(
             "POST", resource.path(namespace), body=body,
-            what=resource.object_id(namespace, name)))
+            what=resource.object_id(namespace, name))))
 
     def _replace(self, obj: dict, subresource: str | None) -> dict:
         resource = self._resource(obj.get("kind"))
@@ -357,16 +460,16 @@ class KubeCluster(Cluster):
         what = resource.object_id(namespace, name)
         if not meta.get("resourceVersion"):
             raise Invalid(f"{what}: metadata.resourceVersion must be specified for an update")
-        return resource.fill_type(self.rest.request(
-            "PUT", resource.path(namespace, name, subresource), body=obj, what=what))
+        return self._remember(resource, resource.fill_type(self.rest.request(
+            "PUT", resource.path(namespace, name, subresource), body=obj, what=what)))
 
     def _patch(self, resource: Resource, namespace: str | None, name: str, patch: dict,
                content_type: str, subresource: str | None = None) -> dict:
         if resource.custom and content_type == STRATEGIC_PATCH:
             content_type = MERGE_PATCH  # CRDs accept no strategic merge (HTTP 415)
-        return resource.fill_type(self.rest.request(
+        return self._remember(resource, resource.fill_type(self.rest.request(
             "PATCH", resource.path(namespace, name, subresource), body=patch,
-            content_type=content_type, what=resource.object_id(namespace, name)))
+            content_type=content_type, what=resource.object_id(namespace, name))))
 
 
 def _kept(stored: dict, component: str, lifecycle_status: dict) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,6 +75,24 @@ class RetryPolicy:
     sleep: Callable[[float], None] = time.sleep
 
 
+@dataclass
+class Meter:
+    """Bytes of answers read from the API server by this run, by what read them."""
+
+    lists: int = 0  # LIST pages
+    watches: int = 0  # watch streams
+    other: int = 0  # GETs of one object, answers to writes, reviews, discovery
+    requests: int = 0  # requests sent (a watch is one)
+
+    @property
+    def total(self) -> int:
+        return self.lists + self.watches + self.other
+
+    def as_dict(self) -> dict[str, int]:
+        return {"lists": self.lists, "watches": self.watches, "other": self.other,
+                "total": self.total, "requests": self.requests}
+
+
 class Rest:
     """Requests to the API server, each naming the object it is about for error messages."""
 
@@ -83,14 +102,21 @@ class Rest:
         self.retry = retry or RetryPolicy()
         # (connect, read) seconds: a dead server is noticed fast, a slow LIST still has time.
         self.timeout = (min(5.0, timeout), timeout)
+        self.meter = Meter()
+        self._meter_lock = threading.Lock()  # watch threads count too
+
+    def count(self, kind: str, size: int, requests: int = 0) -> None:
+        with self._meter_lock:
+            setattr(self.meter, kind, getattr(self.meter, kind) + size)
+            self.meter.requests += requests
 
     def request(self, method: str, path: str, *, what: str, query: dict[str, Any] | None = None,
-                body: Any = None, content_type: str = JSON) -> dict:
+                body: Any = None, content_type: str = JSON, counted_as: str = "other") -> dict:
         """Send one request (tried again while transient) and return the decoded JSON answer."""
         delay = self.retry.backoff
         for attempt in range(1, self.retry.attempts + 1):
             try:
-                return self._send(method, path, query, body, content_type)
+                return self._send(method, path, query, body, content_type, counted_as)
             except HttpError as err:
                 if err.status not in RETRIED_STATUSES or attempt == self.retry.attempts:
                     raise _cluster_error(err, what) from err
@@ -108,7 +134,16 @@ class Rest:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
-              content_type: str) -> dict:
+              content_type: str, counted_as: str = "other") -> dict:
+        response = self._call(method, path, query, body, content_type, self.timeout)
+        data = response.read()
+        self.count(counted_as, len(data), requests=1)
+        if not 200 <= response.status <= 299:
+            raise HttpError(method, path, response.status, data)
+        return json.loads(data) if data else {}
+
+    def _call(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
+              content_type: str, timeout: tuple[float, float]):
         headers = {"Accept": JSON}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -117,15 +152,50 @@ class Rest:
             method, url, headers, body, _ = self.client.param_serialize(
                 method=method, resource_path=path, query_params=params,
                 header_params=headers, body=body, auth_settings=["BearerToken"])
-            response = self.client.call_api(method, url, header_params=headers, body=body,
-                                            _request_timeout=self.timeout)
+            return self.client.call_api(method, url, header_params=headers, body=body,
+                                        _request_timeout=timeout)
         except ApiException as err:
             # The client raises this (status 0) for TLS failures: not worth retrying.
             raise ClusterError(f"{method} {path}: {err.reason or err}") from err
-        data = response.read()
+
+    def stream(self, method: str, path: str, *, what: str, query: dict[str, Any] | None,
+               read_timeout: float) -> CountedStream:
+        """Open a streamed answer (a watch), for ``kubernetes.watch.Watch`` to read.
+        A failure to open it raises the cluster layer's error, as ``request`` does."""
+        try:
+            response = self._call(method, path, query, None, JSON,
+                                  (self.timeout[0], read_timeout))
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise Transient(f"{what}: {method} {path}: {_describe(err)}") from err
+        self.count("watches", 0, requests=1)
         if not 200 <= response.status <= 299:
-            raise HttpError(method, path, response.status, data)
-        return json.loads(data) if data else {}
+            data = response.read()
+            raise _cluster_error(HttpError(method, path, response.status, data), what)
+        return CountedStream(response.response, self)
+
+
+class CountedStream:
+    """A streamed urllib3 answer whose bytes count in the run's ``Meter`` as watched."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse, rest: Rest) -> None:
+        self.response = response
+        self.status = response.status
+        self._rest = rest
+
+    def stream(self, amt: int | None = None, decode_content: bool | None = None):
+        for chunk in self.response.stream(amt, decode_content=decode_content):
+            self._rest.count("watches", len(chunk))
+            yield chunk
+
+    def close(self) -> None:
+        self.response.close()
+
+    def release_conn(self) -> None:
+        self.response.release_conn()
+
+    def shutdown(self) -> None:
+        """Close the connection under a read blocked in another thread."""
+        self.response.shutdown()
 
 
 def _cluster_error(err: HttpError, what: str) -> ClusterError:

@@ -1,0 +1,128 @@
+"""Passes that plan what changed: ``--until-idle`` on a cluster that watches.
+
+An informer-driven controller does not look at the whole fleet on every
+event; it works on the objects whose events it was sent. A run of passes
+does the same once the cluster keeps its lists current from watches
+(``Cluster.watch``, the ``kube`` backend):
+
+- the first pass lists everything and plans every component, as a single
+  pass does;
+- each later pass brings its observation up to date for the components whose
+  objects changed since the last pass (the watches' keys), and plans those,
+  the ones whose wake-up time has come, and the ones whose plan or writes
+  failed; every other component keeps its last plan, already applied, which
+  still counts for whether the run is busy and when it wakes;
+- every ``RESYNC_SECONDS``, and whenever a watch had to list again, a pass
+  plans everything again, as an informer's resync does, so that nothing an
+  event could have missed stays unseen for long.
+
+Between passes the run waits for the next change instead of a fixed poll
+(``Cluster.wait_for_change``): a transition of the cluster is acted on as it
+happens, not at the next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+
+from omegitops.cluster.base import Cluster
+from omegitops.errors import ClusterError
+from omegitops.lifecycle.planner import Plan
+from omegitops.manifests.load import ServiceComponent
+from omegitops.reconcile import (
+    MANAGED,
+    Observation,
+    PassResult,
+    Pruning,
+    component_key,
+    observe,
+    observe_keys,
+    observed_kinds,
+    owner_key,
+    plan_key,
+    run_pass,
+)
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str, str]
+# A whole pass this often, however quiet the watches are (an informer's resync).
+RESYNC_SECONDS = 300.0
+# After the first change, how long to gather the ones right behind it (a pod
+# bound, then Pending, then Running) into one pass.
+GATHER_SECONDS = 0.05
+
+
+class IncrementalPasses:
+    """The passes of one run on a watching cluster; ``start`` says whether it watches."""
+
+    def __init__(self, cluster: Cluster, items: list[ServiceComponent],
+                 prune: Pruning | None = None, resync_seconds: float = RESYNC_SECONDS,
+                 clock=time.monotonic) -> None:
+        self.cluster, self.items, self.prune = cluster, items, prune
+        self.resync_seconds = resync_seconds
+        self._clock = clock
+        self._seen: Observation | None = None
+        self._last: dict[Key, tuple[ServiceComponent | None, Plan]] = {}
+        self._failed: set[Key] = set()
+        self._full_at = 0.0
+
+    @staticmethod
+    def start(cluster: Cluster, items: list[ServiceComponent],
+              prune: Pruning | None = None) -> IncrementalPasses | None:
+        """Watch every kind a pass observes; None (nothing watched) when the cluster
+        does not watch, and the run makes whole passes as before."""
+        for kind in observed_kinds(cluster):
+            if not cluster.watch(kind, MANAGED, owner_key):
+                return None
+        return IncrementalPasses(cluster, items, prune)
+
+    def run_pass(self) -> PassResult:
+        changed = self.cluster.changed_keys()
+        if self._seen is None or changed is None \
+                or self._clock() - self._full_at >= self.resync_seconds:
+            return self._whole_pass()
+        now = self.cluster.now()
+        due = {key for key, (_, plan) in self._last.items()
+               if plan.wake_at is not None and plan.wake_at <= now}
+        keys = changed | due | self._failed
+        observe_keys(self.cluster, self._seen, keys)
+        result = run_pass(self.cluster, self.items, self.prune, self._seen, keys)
+        self._keep(result, keys)
+        result.carried = [entry for key, entry in self._last.items() if key not in keys]
+        return result
+
+    def wait(self, until: datetime) -> None:
+        """Wait for the next change, or until ``until``; then a moment for the changes
+        right behind it."""
+        seconds = (until - self.cluster.now()).total_seconds()
+        if self.cluster.wait_for_change(seconds):
+            time.sleep(GATHER_SECONDS)
+
+    def _whole_pass(self) -> PassResult:
+        self.cluster.changed_keys()  # what a whole pass sees needs no keys
+        try:
+            self._seen = observe(self.cluster)
+        except ClusterError as err:
+            # As in reconcile.run_pass: nothing is planned on part of an observation.
+            self._seen = None
+            result = PassResult(now=self.cluster.now(), observed=False)
+            result.errors.append(f"observing the cluster: {err}")
+            return result
+        self._full_at = self._clock()
+        result = run_pass(self.cluster, self.items, self.prune, self._seen)
+        self._last = {}
+        self._keep(result, None)
+        return result
+
+    def _keep(self, result: PassResult, keys: set[Key] | None) -> None:
+        """Remember each component's plan; forget those planned that have none now."""
+        if keys is not None:
+            for key in keys:
+                self._last.pop(key, None)
+        for item, plan in result.plans:
+            key = component_key(item) if item is not None else plan_key(plan)
+            self._last[key] = (item, plan)
+        self._failed = set(result.failed)

@@ -1,0 +1,101 @@
+"""``WatchedKind`` when the server ends a watch with 410 Gone.
+
+A real API server keeps more history than a test can outrun (its watch cache
+answers even a resourceVersion etcd has compacted), so the stream here is
+scripted: the lines a server sends, read by the official client's
+``kubernetes.watch.Watch``. The control-plane tests (``tests/controlplane/
+test_watches.py``) cover watches on the real server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from omegitops.cluster.kube.resources import RESOURCES
+from omegitops.cluster.kube.watches import Changes, WatchedKind
+
+
+class Stream:
+    """A streamed answer holding JSON lines, as ``Rest.stream`` returns one."""
+
+    status = 200
+
+    def __init__(self, events: list[dict]) -> None:
+        self.data = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+
+    def stream(self, amt=None, decode_content=None):
+        yield self.data
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+def pod(name: str, version: str, component: str = "engine") -> dict:
+    return {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": version,
+                         "labels": {"component": component}}}
+
+
+def key_of(obj: dict) -> tuple[str, str]:
+    return obj["metadata"]["namespace"], obj["metadata"]["labels"]["component"]
+
+
+def test_gone_lists_again_and_counts_everything_as_changed():
+    lists: list[str] = []
+    versions: list[str] = []
+    stop = threading.Event()
+
+    def list_pages():
+        lists.append("list")
+        return [pod("a", "20"), pod("b", "21", "worker")], "21"
+
+    def open_stream(*, resource_version="", **_):
+        versions.append(resource_version)
+        if len(versions) == 1:
+            return Stream([{"type": "ERROR", "object": {
+                "kind": "Status", "code": 410, "reason": "Expired",
+                "message": "too old resource version: 5 (20)"}}])
+        if len(versions) == 2:
+            return Stream([{"type": "MODIFIED", "object": pod("a", "22")},
+                           {"type": "BOOKMARK", "object": {"metadata": {
+                               "resourceVersion": "30"}}}])
+        stop.wait(5)
+        return Stream([])
+
+    changes = Changes()
+    watched = WatchedKind(RESOURCES["Pod"], None, key_of, changes, list_pages, open_stream)
+    watched.fill([pod("a", "5")], "5")
+    watched.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(versions) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert versions[:3] == ["5", "21", "30"]
+        assert lists == ["list"]
+        assert changes.take() is None  # listed again: everything may have changed
+        names = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+                 for p in watched.items()}
+        assert names == {"a": "22", "b": "21"}
+        assert [p["metadata"]["name"] for p in watched.items([("ns", "worker")])] == ["b"]
+    finally:
+        stop.set()
+        watched.stop()
+
+
+def test_an_answer_older_than_the_store_does_not_replace_it():
+    changes = Changes()
+    watched = WatchedKind(RESOURCES["Pod"], None, key_of, changes, lambda: ([], "1"),
+                          lambda **_: Stream([]))
+    watched.fill([pod("a", "40")], "40")
+    watched.remember(pod("a", "39"))
+    assert watched.items()[0]["metadata"]["resourceVersion"] == "40"
+    watched.remember(pod("a", "41", "worker"))
+    assert watched.items([("ns", "engine")]) == []
+    assert watched.items([("ns", "worker")])[0]["metadata"]["resourceVersion"] == "41"
+    watched.forget("ns", "a")
+    assert watched.items() == []
