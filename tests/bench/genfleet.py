@@ -99,7 +99,8 @@ def runtime(name: str, shape: str, *, namespace: str | None = None,
     elif shape == "pd":
         spec["engineConfig"] = _config(runner(image))
         spec["decoderConfig"] = _config(runner(image))
-        spec["routerConfig"] = {"runner": runner("router:v1", gpu=False, name="router")}
+        spec["routerConfig"] = {"runner": runner("router:v1", gpu=False, name="router"),
+                                "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
     else:  # mixed
         spec["engineConfig"] = _config(leader={"runner": runner(image)},
                                        worker={"size": 1, "runner": runner(image)})

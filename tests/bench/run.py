@@ -1,10 +1,12 @@
 """Run every benchmark and print one JSON document with the headline figures.
 
     python tests/bench/run.py [--services 1000] [--sizes 10,100,1000] [--runs 3]
-                              [--instances 16] [--workdir DIR]
+                              [--instances 16] [--workdir DIR] [--watch-services N]
+                              [--watch-min-ready 30] [--no-control-plane]
 
 Each benchmark runs as its own process (``bench_pass.py``, ``bench_api.py``,
-``bench_memory.py``, ``bench_rollout.py``; each also runs alone and prints its
+``bench_memory.py``, ``bench_rollout.py``, and ``bench_watch.py`` on the real
+control plane unless ``--no-control-plane``; each also runs alone and prints its
 own document), sharing one work folder so that each converged fleet is built
 once. The top-level keys are the headline figures; ``details`` holds each
 benchmark's full document. Building the 1,000-service fleet (reconciling it
@@ -33,7 +35,8 @@ def _run(script: str, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int) -> dict:
+def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
+            watch_services: int | None = None, watch_min_ready: int = 30) -> dict:
     started = time.perf_counter()
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--workdir", str(workdir)]
@@ -41,6 +44,10 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int)
     passed = _run("bench_pass.py", "--services", str(services), "--runs", str(runs), *common)
     memory = _run("bench_memory.py", "--services", str(services), *common)
     rollout = _run("bench_rollout.py", "--instances", str(instances))
+    real = {}
+    if watch_services is not None:
+        real = _run("bench_watch.py", "--services", str(watch_services),
+                    "--instances", str(instances), "--min-ready", str(watch_min_ready))
     return {
         "pass_vs_parse_ratio": passed["pass_vs_parse_ratio"],
         "pass_seconds": passed["pass_seconds"],
@@ -53,15 +60,20 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int)
         "peak_rss_mb_sim": memory["peak_rss_mb_sim"],
         "rollout_vs_ideal_ratio": rollout["rollout_vs_ideal_ratio"],
         "passes_per_rollout_ratio": rollout["passes"]["passes_per_rollout_ratio"],
+        "rollout_vs_ideal_ratio_real": real.get("rollout_vs_ideal_ratio_real"),
+        "api_bytes_per_rollout_ratio": real.get("api_bytes_per_rollout_ratio"),
         "targets": {"pass_vs_parse_ratio": passed["target"], "lists_per_pass": api["list_target"],
                     "writes_when_converged": 0, "peak_rss_mb": memory["target_mb"],
                     "rollout_vs_ideal_ratio": rollout["target"],
-                    "passes_per_rollout_ratio": rollout["passes"]["target"]},
+                    "passes_per_rollout_ratio": rollout["passes"]["target"],
+                    "rollout_vs_ideal_ratio_real": real.get("target"),
+                    "api_bytes_per_rollout_ratio": real.get("bytes_target")},
         "fleet": {k: passed[k] for k in ("services", "components", "instances", "pods",
                                          "manifest_files")},
         "python": sys.version.split()[0],
         "wall_seconds": round(time.perf_counter() - started, 1),
-        "details": {"pass": passed, "api": api, "memory": memory, "rollout": rollout},
+        "details": {"pass": passed, "api": api, "memory": memory, "rollout": rollout,
+                    "rollout_real": real},
     }
 
 
@@ -72,10 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--instances", type=int, default=16)
     parser.add_argument("--workdir", default=None, help="keep converged fleets here")
+    parser.add_argument("--watch-services", type=int, default=None,
+                        help="fleet size of the control-plane rollout (default: --services)")
+    parser.add_argument("--watch-min-ready", type=int, default=30)
+    parser.add_argument("--no-control-plane", action="store_true",
+                        help="skip bench_watch.py, which starts the real control plane")
     args = parser.parse_args(argv)
+    watch_services = None if args.no_control_plane else (
+        args.services if args.watch_services is None else args.watch_services)
     with tempfile.TemporaryDirectory() as scratch:
         document = run_all(Path(args.workdir or scratch), args.services, args.sizes, args.runs,
-                           args.instances)
+                           args.instances, watch_services, args.watch_min_ready)
     json.dump(document, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
