@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -83,11 +84,15 @@ class ReportError(OmegitopsError):
 
 @without_gc_pauses
 def build_report(loaded: Loaded, replicas: list[dict], events: list[dict], now: datetime,
-                 repository: str | None = None, revision: str | None = None) -> dict[str, Any]:
-    """The report as a dict; pure. ``events`` are raw core/v1 Events."""
+                 repository: str | None = None, revision: str | None = None,
+                 owns: Callable[[str], bool] | None = None) -> dict[str, Any]:
+    """The report as a dict; pure. ``events`` are raw core/v1 Events. ``owns`` keeps
+    the services of some namespaces only (a ``--shard``'s)."""
     by_name = {(r["metadata"].get("namespace"), r["metadata"]["name"]): r for r in replicas}
     views = sort_events([event_view(e) for e in events])
     components = _components_by_service(loaded)
+    if owns is not None:
+        components = {key: items for key, items in components.items() if owns(key[0])}
     # Events grouped by the service they are about in one pass (order kept), instead of
     # scanning every event for every service: with 1,000 services and 12,000 events the
     # scan made 12 million about_service calls and was most of a pass.
@@ -381,10 +386,17 @@ def report_dir_problem(report_dir: str | os.PathLike, base: Path | None = None) 
 
 def write_report(report_dir: str | os.PathLike, loaded: Loaded, cluster: Any,
                  repository: str | None = None, revision: str | None = None) -> dict:
-    """List what the report needs, build, validate and write it; returns the report."""
+    """List what the report needs, build, validate and write it; returns the report.
+    A cluster scoped to a shard's namespaces gives the shard's report."""
     replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
     events = cluster.list_objects(EVENT, MANAGED)
-    report = build_report(loaded, replicas, events, cluster.now(), repository, revision)
+    report = build_report(loaded, replicas, events, cluster.now(), repository, revision,
+                          owns=getattr(cluster, "namespace_scope", None))
+    return write_built_report(report_dir, report)
+
+
+def write_built_report(report_dir: str | os.PathLike, report: dict) -> dict:
+    """Validate a built report and write its JSON and Markdown into ``report_dir``."""
     validate_report(report)
     markdown = render_markdown(report)
     target = Path(report_dir)
@@ -392,3 +404,46 @@ def write_report(report_dir: str | os.PathLike, loaded: Loaded, cluster: Any,
     write_atomic(target / JSON_FILE, render_json(report))
     write_atomic(target / MARKDOWN_FILE, markdown)
     return report
+
+
+def merge_reports(reports: list[dict]) -> dict:
+    """One report of the whole fleet from the reports of its shards; pure.
+
+    The shards' namespaces do not overlap, so their services are put together
+    (sorted as one report sorts them); each shard read the same manifests, so
+    their validation errors and warnings are the same and are kept once. The
+    report is as new as its newest shard. Shards that read different commits of
+    the repository are refused: their reports do not describe one state.
+    """
+    if not reports:
+        raise ValueError("no shard reports to merge")
+    revisions = {r.get("revision") for r in reports}
+    if len(revisions) > 1:
+        raise ValueError(f"the shards reconciled different commits: "
+                         f"{', '.join(sorted(str(v) for v in revisions))}")
+    first = reports[0]
+    merged = {
+        "apiVersion": first["apiVersion"],
+        "kind": first["kind"],
+        "generatedAt": max(r["generatedAt"] for r in reports),
+        "repository": first["repository"],
+        "revision": first.get("revision"),
+        "summary": None,
+        "services": sorted((s for r in reports for s in r["services"]),
+                           key=lambda s: (s["namespace"], s["name"])),
+        "unknownReplicas": sorted({n for r in reports for n in r["unknownReplicas"]}),
+        "validationErrors": _once(e for r in reports for e in r["validationErrors"]),
+        "validationWarnings": _once(w for r in reports for w in r["validationWarnings"]),
+    }
+    merged["summary"] = _summary(merged)
+    return merged
+
+
+def _once(entries) -> list:
+    seen, kept = set(), []
+    for entry in entries:
+        key = json.dumps(entry, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            kept.append(entry)
+    return kept

@@ -31,6 +31,7 @@ import yaml
 
 from omegitops.cli import build_parser
 from omegitops.cluster.kube.access import INFERENCE_SERVICES, PASS, PODGROUPS, PRUNE, Permission
+from omegitops.shards import MAX_SHARDS, Shard
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = REPO_ROOT / "pipelines"
@@ -84,9 +85,13 @@ def manifests() -> list[tuple[str, dict]]:
     return [(where, doc) for where, doc in load_documents() if "apiVersion" in doc]
 
 
-def the(kind: str) -> dict:
-    """The one document of ``kind`` under pipelines/."""
-    docs = [doc for _, doc in manifests() if doc["kind"] == kind]
+def the(kind: str, name: str | None = None) -> dict:
+    """The one document of ``kind`` under pipelines/ (named ``name``, when given; the
+    unsharded WorkflowTemplate when there are two)."""
+    if kind == "WorkflowTemplate" and name is None:
+        name = "omegitops-reconcile"
+    docs = [doc for _, doc in manifests() if doc["kind"] == kind
+            and (name is None or doc["metadata"]["name"] == name)]
     assert len(docs) == 1, f"expected one {kind}, found {len(docs)}"
     return docs[0]
 
@@ -114,6 +119,7 @@ def test_the_expected_files_exist():
     names = {str(p.relative_to(PIPELINES)) for p in pipeline_files()}
     assert {
         "argo/workflowtemplate.yaml",
+        "argo/workflowtemplate-sharded.yaml",
         "argo/cronworkflow.yaml",
         "cronjob.yaml",
         "rbac.yaml",
@@ -192,7 +198,7 @@ def kubernetes_documents() -> list[tuple[str, dict]]:
 
 def test_there_are_argo_documents():
     kinds = sorted(d["kind"] for _, d in argo_documents())
-    assert kinds == ["CronWorkflow", "WorkflowTemplate"]
+    assert kinds == ["CronWorkflow", "WorkflowTemplate", "WorkflowTemplate"]
 
 
 @pytest.mark.parametrize(("where", "doc"), argo_documents(), ids=[w for w, _ in argo_documents()])
@@ -490,7 +496,8 @@ def test_names_restrict_what_they_can():
     rules = [r for d in roles if "rules" in d for r in d["rules"]]
     named = {(r["resources"][0], tuple(r["resourceNames"])): set(r["verbs"])
              for r in rules if "resourceNames" in r}
-    assert named == {("leases", ("omegitops",)): {"get", "update"}}
+    leases = ("omegitops", *(Shard(i, MAX_SHARDS).lease_name for i in range(MAX_SHARDS)))
+    assert named == {("leases", leases): {"get", "update"}}
     for rule in rules:
         # The git Secret is given to the pod (secretKeyRef), never read through the API.
         assert "secrets" not in rule["resources"], rule
@@ -578,3 +585,39 @@ def test_image_is_pinned_non_root_and_runs_omegitops():
     assert re.search(r"apt-get install .*\bgit\b", runs), "GitPython needs the git binary"
     ignored = (REPO_ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
     assert ignored and "*" in ignored, ".dockerignore is an allow-list"
+
+
+def test_the_sharded_template_fans_out_and_merges_once():
+    """Each shard runs `reconcile --shard I/N` with the unsharded job's flags but the
+    commit; the last step merges exactly N reports and commits and pushes once."""
+    spec = the("WorkflowTemplate", "omegitops-reconcile-sharded")["spec"]
+    templates = {t["name"]: t for t in spec["templates"]}
+    (fan_out,), (merge,) = templates[spec["entrypoint"]]["steps"]
+    assert fan_out["withSequence"]["count"] == "{{workflow.parameters.shards}}"
+    assert merge["template"] == "merge-reports"
+    defaults = {p["name"]: p["value"] for p in spec["arguments"]["parameters"]}
+    assert 1 <= int(defaults["shards"]) <= MAX_SHARDS
+    assert spec["synchronization"] == the("WorkflowTemplate")["spec"]["synchronization"]
+
+    def argv(template: str, index: str = "0") -> list[str]:
+        container = templates[template]["container"]
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        env = {k: v.replace("{{inputs.parameters.index}}", index) for k, v in env.items()}
+        env = {k: re.sub(r"\{\{workflow\.parameters\.([\w-]+)\}\}",
+                         lambda m: defaults[m.group(1)], v) for k, v in env.items()}
+        words = container["command"] + container["args"]
+        return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], w) for w in words]
+
+    shard = argv("reconcile-shard", "3")
+    assert shard[shard.index("--shard") + 1] == f"3/{defaults['shards']}"
+    assert "--commit" not in shard and "--push" not in shard
+    args = build_parser().parse_args(shard[1:])
+    assert args.until_idle and args.cluster == "kube" and args.report_dir == "/work/report"
+    merged = argv("merge-reports")
+    args = build_parser().parse_args(merged[1:])
+    assert args.command == "merge-reports" and args.commit and args.push
+    assert args.expect == int(defaults["shards"])
+    output = templates["reconcile-shard"]["outputs"]["artifacts"][0]
+    given = templates["merge-reports"]["inputs"]["artifacts"][0]
+    assert output["path"] == "/work/report"
+    assert output["s3"]["key"].startswith(given["s3"]["key"] + "/")

@@ -4,7 +4,9 @@
 ``kube`` and ``kube:CONTEXT`` open a real cluster through kubeconfig (that
 context, or the current one) or the in-cluster service account;
 ``OMEGITOPS_KUBE_API=http://HOST:PORT`` points ``kube`` at a plain-HTTP API
-server instead (the wire tests' double, ``kubectl proxy``).
+server instead (the wire tests' double, ``kubectl proxy``). ``shard``
+(``omegitops.shards.Shard``) scopes the lists to its namespaces and, on ``kube``,
+takes that shard's own Lease.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ def sim_path(spec: str) -> str:
     return spec[len("sim:"):]
 
 
-def open_cluster(spec: str = DEFAULT_CLUSTER, exclusive: bool = True) -> Cluster:
+def open_cluster(spec: str = DEFAULT_CLUSTER, exclusive: bool = True,
+                 shard=None) -> Cluster:
     """The cluster a ``--cluster`` value names; use it as a context manager.
 
     ``exclusive=False`` is for commands that only read: on a real cluster they
@@ -40,12 +43,23 @@ def open_cluster(spec: str = DEFAULT_CLUSTER, exclusive: bool = True) -> Cluster
         if not exclusive and not Path(path).is_file():
             raise InputError(f"{spec}: no simulated cluster there (reconcile or "
                              "`omegitops sim init` makes one)")
-        return SimCluster(path)
+        return _scoped(SimCluster(path), shard)
     if spec == "kube" or spec.startswith("kube:"):
         from omegitops.extras import require
 
         require("kubernetes", "--cluster kube")
         from omegitops.cluster.kube import KubeCluster
 
-        return KubeCluster(spec[len("kube:"):] or None, lease=exclusive)
+        if shard is None:
+            return KubeCluster(spec[len("kube:"):] or None, lease=exclusive)
+        return _scoped(KubeCluster(spec[len("kube:"):] or None, lease=exclusive,
+                                   lease_name=shard.lease_name), shard)
     raise UsageError(f"--cluster {spec!r}: expected sim:PATH, kube or kube:CONTEXT")
+
+
+def _scoped(cluster: Cluster, shard) -> Cluster:
+    """``--shard``: the cluster lists only the shard's namespaces
+    (``omegitops.shards``)."""
+    if shard is not None:
+        cluster.namespace_scope = shard.owns
+    return cluster

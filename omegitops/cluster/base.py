@@ -38,6 +38,16 @@ class Cluster(abc.ABC):
     # How often ``--until-idle`` looks again when the cluster cannot say when
     # something will change (a real cluster); None when it always can (sim).
     poll_seconds: float | None = 5.0
+    # ``--shard``: lists hold only namespaced objects whose namespace this accepts
+    # (cluster-scoped ones always); None lists every namespace.
+    namespace_scope: Callable[[str], bool] | None = None
+
+    def in_scope(self, obj: dict) -> bool:
+        """Whether a list of this cluster holds ``obj`` (see ``namespace_scope``)."""
+        if self.namespace_scope is None:
+            return True
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        return not namespace or self.namespace_scope(namespace)
 
     # -- lifetime -------------------------------------------------------------
 

@@ -1,5 +1,15 @@
 """One module per command-line verb; each registers its own subparser."""
 
-from omegitops.commands import events, get, instance, plan, reconcile, resolve, sim, validate
+from omegitops.commands import (
+    events,
+    get,
+    instance,
+    merge_reports,
+    plan,
+    reconcile,
+    resolve,
+    sim,
+    validate,
+)
 
-COMMANDS = [validate, resolve, plan, reconcile, get, instance, events, sim]
+COMMANDS = [validate, resolve, plan, reconcile, merge_reports, get, instance, events, sim]

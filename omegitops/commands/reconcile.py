@@ -20,7 +20,8 @@ from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout, commit_report, pu
 from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.repository import INFERENCE_SERVICE
-from omegitops.reconcile import IDLE, MANAGED, Pruning, run_pass, run_until_idle
+from omegitops.reconcile import IDLE, MANAGED, Pruning, component_key, run_pass, run_until_idle
+from omegitops.shards import Shard
 from omegitops.views import replica_view
 
 log = logging.getLogger("omegitops")
@@ -41,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="repeat passes while operations are in flight")
     parser.add_argument("--max-seconds", type=float, default=3600.0,
                         help="time budget of --until-idle (simulated seconds on sim:)")
+    parser.add_argument("--shard", default=None, metavar="I/N",
+                        help="reconcile only the namespaces whose stable hash falls in shard "
+                             "I of N (0 <= I < N), under that shard's own Lease; "
+                             "`omegitops merge-reports` puts the shards' reports together")
     parser.add_argument("--report-dir", default=None, metavar="D",
                         help="write the status report (Markdown and JSON) into D; with "
                              f"--commit, relative to the repository root (default: "
@@ -69,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.push and not args.commit:
         raise UsageError("--push needs --commit")
     author = Author.parse(args.author)
+    shard = Shard.parse(args.shard) if args.shard else None
     folder = report_path(args.report_dir or DEFAULT_REPORT_DIR) if args.commit else None
     with checkout(args.repo, args.branch, args.path, writable=args.commit) as repo:
         if not Path(repo.manifests).is_dir():
@@ -78,10 +84,14 @@ def run(args: argparse.Namespace) -> int:
         loaded = load(repo.manifests, args.operator_values)
         print_errors(loaded.result.errors)
         items = resolved_components(loaded)
+        if shard is not None:
+            items = [item for item in items if shard.owns(component_key(item)[0])]
+            log.info("shard %s: %d of the repository's components", shard, len(items))
         report_dir = repo.root / folder if folder else args.report_dir
         _check_report_dir(report_dir, repo.root if folder else None)
         try:
-            code = _reconcile(args, loaded, items, report_dir, repo.shown, repo.revision)
+            code = _reconcile(args, loaded, items, report_dir, repo.shown, repo.revision,
+                              shard)
         except LockHeld as err:
             # One run at a time: another one is doing this work already.
             print(f"omegitops: not running: {err}", file=sys.stderr)
@@ -110,10 +120,10 @@ def _check_report_dir(report_dir, root: Path | None) -> None:
 
 
 def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: str,
-               revision: str | None = None) -> int:
+               revision: str | None = None, shard: Shard | None = None) -> int:
     prune, refused = _pruning(args, loaded)
     failed = refused
-    with open_cluster(args.cluster) as cluster:
+    with open_cluster(args.cluster, shard=shard) as cluster:
         passes = 0
 
         warned: set[str] = set()

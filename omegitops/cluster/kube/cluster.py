@@ -40,7 +40,7 @@ from omegitops.cluster.kube.resources import (
 )
 from omegitops.cluster.kube.rest import MERGE_PATCH, STRATEGIC_PATCH, Rest, RetryPolicy
 from omegitops.cluster.kube.watches import WATCH_SECONDS, WatchedKind, Watches
-from omegitops.cluster.lease import DEFAULT_DURATION_SECONDS, Lease
+from omegitops.cluster.lease import DEFAULT_DURATION_SECONDS, LEASE_NAME, Lease
 from omegitops.cluster.sequences import already_counted
 
 log = logging.getLogger(__name__)
@@ -68,14 +68,15 @@ class KubeCluster(Cluster):
 
     def __init__(self, context: str | None = None, *, api_client: ApiClient | None = None,
                  lease: bool = True, lease_namespace: str | None = None,
+                 lease_name: str = LEASE_NAME,
                  lease_seconds: int = DEFAULT_DURATION_SECONDS,
                  retry: RetryPolicy | None = None, timeout: float = 30.0) -> None:
         self.context = context
         self._own_client = api_client is None
         self.api_client = api_client if api_client is not None else connect(context)
         self.rest = Rest(self.api_client, retry=retry, timeout=timeout)
-        self.lease = Lease(self.rest, lease_namespace, duration_seconds=lease_seconds) \
-            if lease else None
+        self.lease = Lease(self.rest, lease_namespace, name=lease_name,
+                           duration_seconds=lease_seconds) if lease else None
         self._served: dict[str, set[str]] = {}  # group/version -> plurals, for the run
         self._service_uids: dict[tuple[str, str], str | None] = {}
         self._missing: list[str] | None = None  # permissions not granted, once asked
@@ -134,7 +135,7 @@ class KubeCluster(Cluster):
         resource = self._resource(kind)
         watched = WatchedKind(resource, labels, key_of, self.watches.changes,
                               lambda: self._list_versioned(resource, labels),
-                              self._watch_request(resource))
+                              self._watch_request(resource), keep=self.in_scope)
         watched.fill(*self._list_versioned(resource, labels))
         self.watches.add(kind, watched)
         watched.start()
@@ -300,7 +301,8 @@ class KubeCluster(Cluster):
                      "continue": token}
             found = self.rest.request("GET", resource.path(), query=query,
                                       what=f"{resource.kind} list", counted_as="lists")
-            items.extend(resource.fill_type(item) for item in found.get("items") or [])
+            items.extend(resource.fill_type(item) for item in found.get("items") or []
+                         if self.in_scope(item))
             meta = found.get("metadata") or {}
             version = version or meta.get("resourceVersion") or ""
             token = meta.get("continue")

@@ -95,8 +95,10 @@ class WatchedKind:
     def __init__(self, resource: Resource, labels: dict[str, str] | None,
                  key_of: Callable[[dict], Key], changes: Changes,
                  list_pages: Callable[[], tuple[list[dict], str]],
-                 open_stream: Callable[..., Any]) -> None:
+                 open_stream: Callable[..., Any],
+                 keep: Callable[[dict], bool] = lambda obj: True) -> None:
         self.resource = resource
+        self.keep = keep  # objects of other shards' namespaces are not stored
         self.selector = label_selector(labels)
         self.key_of = key_of
         self.changes = changes
@@ -242,6 +244,10 @@ class WatchedKind:
                 self.version = version
             return
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        if not self.keep(obj):
+            if version:
+                self.version = version
             return
         self.resource.fill_type(obj)
         with self._lock:

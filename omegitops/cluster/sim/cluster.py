@@ -211,7 +211,7 @@ class SimCluster(Cluster):
     def list_pods(self, labels: dict[str, str] | None = None) -> list[dict]:
         self._require()
         pods = self._objects[base.POD].values()
-        return clone_all([p for p in pods if _labels_match(p, labels)])
+        return clone_all([p for p in pods if _labels_match(p, labels) and self.in_scope(p)])
 
     def create_pod(self, pod: dict) -> dict:
         self._require()
@@ -283,7 +283,8 @@ class SimCluster(Cluster):
     # -- other kinds --------------------------------------------------------------
 
     def list_objects(self, kind: str, labels: dict[str, str] | None = None) -> list[dict]:
-        return clone_all([o for o in self._kind(kind).values() if _labels_match(o, labels)])
+        return clone_all([o for o in self._kind(kind).values()
+                          if _labels_match(o, labels) and self.in_scope(o)])
 
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:
         obj = self._kind(kind).get(self._key(kind, namespace, name))
