@@ -267,9 +267,11 @@ def _hold(hold: dict | None) -> dict | None:
 
 
 def _manifest_errors(errors: list) -> list[dict]:
-    items = [error.to_dict() for error in errors]
-    return sorted(items, key=lambda e: (e["path"], e["line"] or 0, e["field"] or "",
-                                        e["message"]))
+    return sorted((error.to_dict() for error in errors), key=_error_order)
+
+
+def _error_order(error: dict) -> tuple:
+    return error["path"], error["line"] or 0, error["field"] or "", error["message"]
 
 
 def _summary(report: dict) -> dict:
@@ -432,6 +434,8 @@ def merge_reports(reports: list[dict]) -> dict:
         "services": sorted((s for r in reports for s in r["services"]),
                            key=lambda s: (s["namespace"], s["name"])),
         "unknownReplicas": sorted({n for r in reports for n in r["unknownReplicas"]}),
+        # Each shard checked its own services and every runtime: runtime errors come
+        # from every shard, and are kept once, in the order one report has them.
         "validationErrors": _once(e for r in reports for e in r["validationErrors"]),
         "validationWarnings": _once(w for r in reports for w in r["validationWarnings"]),
     }
@@ -446,4 +450,4 @@ def _once(entries) -> list:
         if key not in seen:
             seen.add(key)
             kept.append(entry)
-    return kept
+    return sorted(kept, key=_error_order)

@@ -98,3 +98,27 @@ def test_merge_refuses_shards_of_different_commits_and_missing_reports(tmp_path)
     assert done.returncode == 1
     assert "no shard report there" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_shard_checks_its_own_services_and_the_merge_has_each_error_once(tmp_path, capsys):
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    chat = repo / "services" / "llama-demo" / "llama-chat.yaml"  # shard 0 of 2
+    chat.write_text(chat.read_text().replace("minReplicas: 1", "minReplicas: -1"))
+    cluster = tmp_path / "cluster.json"
+    codes = [main(["reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}",
+                   "--shard", f"{i}/2", "--report-dir", str(tmp_path / "reports" / str(i))])
+             for i in (0, 1)]
+    assert codes == [1, 0]  # only the shard that owns the bad manifest fails
+    reports = [json.loads((tmp_path / "reports" / str(i) / "status.json").read_text())
+               for i in (0, 1)]
+    assert [len(r["validationErrors"]) for r in reports] == [1, 0]
+    assert reports[0]["validationErrors"][0]["path"].endswith("llama-chat.yaml")
+    assert main(["merge-reports", str(tmp_path / "reports"),
+                 "--report-dir", str(tmp_path / "merged")]) == 0
+    merged = json.loads((tmp_path / "merged" / "status.json").read_text())
+    assert merged["validationErrors"] == reports[0]["validationErrors"]
+    assert merged["summary"]["validationErrors"] == 1
+    capsys.readouterr()

@@ -20,7 +20,7 @@ from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout, commit_report, pu
 from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.repository import INFERENCE_SERVICE
-from omegitops.reconcile import IDLE, MANAGED, Pruning, component_key, run_pass, run_until_idle
+from omegitops.reconcile import IDLE, MANAGED, Pruning, run_pass, run_until_idle
 from omegitops.shards import Shard
 from omegitops.views import replica_view
 
@@ -81,12 +81,11 @@ def run(args: argparse.Namespace) -> int:
             # Nothing to reconcile toward: no pass, no cluster touched.
             raise InputError(f"{args.repo}: the repository folder does not exist; nothing "
                              "was reconciled")
-        loaded = load(repo.manifests, args.operator_values)
+        loaded = load(repo.manifests, args.operator_values, shard.owns if shard else None)
         print_errors(loaded.result.errors)
         items = resolved_components(loaded)
         if shard is not None:
-            items = [item for item in items if shard.owns(component_key(item)[0])]
-            log.info("shard %s: %d of the repository's components", shard, len(items))
+            log.info("shard %s: %d components", shard, len(items))
         report_dir = repo.root / folder if folder else args.report_dir
         _check_report_dir(report_dir, repo.root if folder else None)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,14 +29,18 @@ class Loaded:
 
 
 @without_gc_pauses
-def load(root: Path | str, values_file: str | None = None) -> Loaded:
-    """Load and validate a repository; OperatorConfigError stops everything first."""
+def load(root: Path | str, values_file: str | None = None,
+         owns: Callable[[str], bool] | None = None) -> Loaded:
+    """Load and validate a repository; OperatorConfigError stops everything first.
+    ``owns`` keeps the services of those namespaces only (``--shard``): every file is
+    read, as which services it holds is known only then, but only those services are
+    validated and resolved."""
     root = Path(root)
     operator, values_path = read_operator_values(root, values_file)
     skip = values_file if values_file and not Path(values_file).is_absolute() \
         else DEFAULT_VALUES_FILE
     repo = read_repository(root, skip)
-    result = validate_repository(repo, operator)
+    result = validate_repository(repo, operator, owns)
     return Loaded(root, operator, values_path, repo, result)
 
 

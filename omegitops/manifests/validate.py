@@ -6,6 +6,7 @@ on, and it never stops the valid ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,13 +253,17 @@ def _duplicate_message(copies: list[Manifest], copy: Manifest) -> str:
     return f"duplicate object, also defined at {shown}" + (f" and {more} more" if more else "")
 
 
-def validate_repository(repo: Repository, operator: OperatorSettings) -> ValidationResult:
+def validate_repository(repo: Repository, operator: OperatorSettings,
+                        owns: Callable[[str], bool] | None = None) -> ValidationResult:
     """Validate every manifest of ``repo``; pure apart from reading the schemas.
 
     Two definitions of one object are an error when omegitops would have to
     pick one to act on: an OMENative service, or a runtime such a service
     uses. Duplicates that nothing managed depends on (a catalogue of
     alternative samples, say) are reported as warnings.
+
+    ``owns`` (a ``--shard``'s namespaces) leaves the services of other namespaces
+    out: neither checked nor in the catalog; their own shard checks them.
     """
     errors = list(repo.errors)
     warnings: list[ManifestError] = []
@@ -267,6 +272,9 @@ def validate_repository(repo: Repository, operator: OperatorSettings) -> Validat
         copies.setdefault(manifest.id, []).append(manifest)
     candidates: list[Manifest] = []
     for manifest in repo.manifests:
+        if owns is not None and manifest.id.kind == INFERENCE_SERVICE \
+                and not owns(manifest.id.namespace):
+            continue
         own = schema_errors(manifest) or percentage_errors(manifest) or \
             value_errors(manifest)
         if own:
