@@ -100,13 +100,14 @@ def converged_fleet(workdir: Path | str, services: int) -> tuple[Path, Path, dic
     return root, cluster_path, counts
 
 
-def full_pass(root: Path, cluster, check_report: bool = False) -> dict:
+def full_pass(root: Path, cluster, check_report: bool = False, owns=None) -> dict:
     """One whole pass on an open cluster, as ``reconcile`` does it: load + validate,
     resolve, observe + plan + apply, then list what the report needs and build it.
 
     ``check_report`` adds what ``--report-dir`` does besides (the report checked against
-    its schema, the Markdown rendered); files are never written. Returns counts and the
-    seconds of each stage.
+    its schema, the Markdown rendered); files are never written. ``owns`` makes it a
+    ``--shard``'s pass (give the cluster the same ``namespace_scope``). Returns counts
+    and the seconds of each stage.
     """
     stages: dict[str, float] = {}
     clock = time.perf_counter()
@@ -117,7 +118,7 @@ def full_pass(root: Path, cluster, check_report: bool = False) -> dict:
         stages[name] = now - clock
         clock = now
 
-    loaded = load(root)
+    loaded = load(root, owns=owns)
     lap("load_validate")
     items = resolved_components(loaded)
     lap("resolve")
@@ -125,7 +126,7 @@ def full_pass(root: Path, cluster, check_report: bool = False) -> dict:
     lap("observe_plan_apply")
     replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
     events = cluster.list_objects(EVENT, MANAGED)
-    report = build_report(loaded, replicas, events, cluster.now())
+    report = build_report(loaded, replicas, events, cluster.now(), owns=owns)
     lap("report_build")
     if check_report:
         validate_report(report)

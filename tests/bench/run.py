@@ -5,7 +5,7 @@
                               [--watch-min-ready 30] [--no-control-plane]
 
 Each benchmark runs as its own process (``bench_pass.py``, ``bench_api.py``,
-``bench_memory.py``, ``bench_rollout.py``, and ``bench_watch.py`` on the real
+``bench_memory.py``, ``bench_rollout.py``, ``bench_shards.py``, and ``bench_watch.py`` on the real
 control plane unless ``--no-control-plane``; each also runs alone and prints its
 own document), sharing one work folder so that each converged fleet is built
 once. The top-level keys are the headline figures; ``details`` holds each
@@ -44,6 +44,7 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
     passed = _run("bench_pass.py", "--services", str(services), "--runs", str(runs), *common)
     memory = _run("bench_memory.py", "--services", str(services), *common)
     rollout = _run("bench_rollout.py", "--instances", str(instances))
+    shards = _run("bench_shards.py", "--services", str(services), "--runs", str(runs), *common)
     real = {}
     if watch_services is not None:
         real = _run("bench_watch.py", "--services", str(watch_services),
@@ -60,12 +61,14 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         "peak_rss_mb_sim": memory["peak_rss_mb_sim"],
         "rollout_vs_ideal_ratio": rollout["rollout_vs_ideal_ratio"],
         "passes_per_rollout_ratio": rollout["passes"]["passes_per_rollout_ratio"],
+        "shard_vs_share_ratio": shards["shard_vs_share_ratio"],
         "rollout_vs_ideal_ratio_real": real.get("rollout_vs_ideal_ratio_real"),
         "api_bytes_per_rollout_ratio": real.get("api_bytes_per_rollout_ratio"),
         "targets": {"pass_vs_parse_ratio": passed["target"], "lists_per_pass": api["list_target"],
                     "writes_when_converged": 0, "peak_rss_mb": memory["target_mb"],
                     "rollout_vs_ideal_ratio": rollout["target"],
                     "passes_per_rollout_ratio": rollout["passes"]["target"],
+                    "shard_vs_share_ratio": shards["target"],
                     "rollout_vs_ideal_ratio_real": real.get("target"),
                     "api_bytes_per_rollout_ratio": real.get("bytes_target")},
         "fleet": {k: passed[k] for k in ("services", "components", "instances", "pods",
@@ -73,7 +76,7 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         "python": sys.version.split()[0],
         "wall_seconds": round(time.perf_counter() - started, 1),
         "details": {"pass": passed, "api": api, "memory": memory, "rollout": rollout,
-                    "rollout_real": real},
+                    "rollout_real": real, "shards": shards},
     }
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 RUN = Path(__file__).resolve().parent / "run.py"
 HEADLINES = ("pass_vs_parse_ratio", "lists_per_pass", "writes_when_converged", "peak_rss_mb",
-             "rollout_vs_ideal_ratio", "passes_per_rollout_ratio")
+             "rollout_vs_ideal_ratio", "passes_per_rollout_ratio", "shard_vs_share_ratio")
 
 
 def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
