@@ -18,6 +18,7 @@ def build_desired(
     revisions: list[dict],
     replica: dict | None,
     operator: OperatorSettings | None = None,
+    templates: dict[str, dict] | None = None,
 ) -> DesiredComponent:
     """Render the component's templates; pure.
 
@@ -27,6 +28,9 @@ def build_desired(
     lifecycle is resolved again from that config too (given the operator
     settings): min-ready-seconds.txt, a pinned service "gets the change once you
     move the pin", the runtime's lifecycle as well as its templates.
+
+    ``templates``, when given, are the ones rendered from the live runtime (by
+    validation); they stand unless a pinned runtime has drifted.
     """
     component = lifecycle.component
     key = RUNTIME_CONFIG[component]
@@ -45,7 +49,8 @@ def build_desired(
     # Shallow copies only: render_templates never changes its inputs (it merges into new
     # dicts and copies leaves), and a deep copy of the whole runtime per component was
     # over a third of a pass's planning time on a 1,000-service fleet.
-    templates = render_templates(isvc, source, lifecycle)
+    if templates is None or drifted:
+        templates = render_templates(isvc, source, lifecycle)
     meta = isvc.get("metadata") or {}
     name = meta["name"]
     return DesiredComponent(

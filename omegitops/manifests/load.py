@@ -53,6 +53,9 @@ class ServiceComponent:
     lifecycle: ComponentLifecycle
     # The settings it was resolved with, to resolve it again from a pinned runtime.
     operator: OperatorSettings | None = None
+    # Its pod templates rendered from the live runtime, when validation rendered them
+    # (read-only, shared by every pass of the run).
+    templates: dict | None = None
 
     @property
     def pinned(self) -> bool:
@@ -68,6 +71,12 @@ def resolved_components(loaded: Loaded) -> list[ServiceComponent]:
         runtime = catalog.runtime_for(service)
         runtime_data = runtime.data if runtime else None
         for component in components_of(service.data, runtime_data):
-            lifecycle = resolve_component(service.data, runtime_data, component, loaded.operator)
-            out.append(ServiceComponent(service, runtime, lifecycle, loaded.operator))
+            known = loaded.result.resolved.get((service.id, component))
+            if known is not None:
+                lifecycle, templates = known
+            else:  # not OMENative: validation neither resolves nor renders it
+                lifecycle, templates = resolve_component(
+                    service.data, runtime_data, component, loaded.operator), None
+            out.append(ServiceComponent(service, runtime, lifecycle, loaded.operator,
+                                        templates))
     return out

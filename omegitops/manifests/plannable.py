@@ -88,16 +88,21 @@ def _history_errors(manifest: Manifest) -> list[ManifestError]:
 
 
 def component_errors(service: Manifest, runtime: Manifest | None,
-                     lifecycle: ComponentLifecycle) -> list[ManifestError]:
+                     lifecycle: ComponentLifecycle,
+                     rendered: dict | None = None) -> list[ManifestError]:
     """Checks of one OMENative component on its effective values (service over runtime).
 
     The counts come first: the names and templates checked after them are rendered
-    per worker, which a worker count of a billion would make endless.
+    per worker, which a worker count of a billion would make endless. The templates
+    rendered go into ``rendered["templates"]`` when it is given, so that planning need
+    not render them again.
     """
     errors = _count_errors(service, runtime, lifecycle)
     if errors:
         return errors
     templates = render_templates(service.data, runtime.data if runtime else None, lifecycle)
+    if rendered is not None:
+        rendered["templates"] = templates
     return _container_errors(service, runtime, lifecycle, templates) + \
         _label_errors(service, lifecycle, templates)
 

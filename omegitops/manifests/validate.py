@@ -59,6 +59,10 @@ class ValidationResult:
     valid: list[Manifest]
     errors: list[ManifestError]
     warnings: list[ManifestError] = field(default_factory=list)
+    # What validation resolved and rendered for each OMENative component of a valid
+    # service, by (service id, component): planning uses it instead of doing it again.
+    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, dict]] = \
+        field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -133,10 +137,11 @@ def percentage_errors(manifest: Manifest) -> list[ManifestError]:
 def service_errors(
     service: Manifest, runtime: Manifest | None, runtimes: dict, operator: OperatorSettings,
     warnings: list[ManifestError] | None = None,
+    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, dict]] | None = None,
 ) -> list[ManifestError]:
     """Checks that need the service's runtime and the operator settings; what a valid
     OMENative component may do but will regret goes into ``warnings``, from the same
-    resolution."""
+    resolution, and each component's resolution and templates into ``resolved``."""
     ref_path = ("spec", "runtime", "name")
     name = dig(service.data, ref_path)
     errors = []
@@ -161,11 +166,14 @@ def service_errors(
             ))
             return errors
         lifecycle = resolve_component(service.data, runtime_data, component, operator)
-        planned = component_errors(service, runtime, lifecycle)
+        rendered: dict = {}
+        planned = component_errors(service, runtime, lifecycle, rendered)
         if planned:
             # Names and budgets read the counts these refused (a billion workers).
             errors.extend(planned)
             continue
+        if resolved is not None:
+            resolved[(service.id, component)] = (lifecycle, rendered["templates"])
         errors.extend(_derived_name_errors(service, lifecycle))
         if warnings is not None:
             warnings.extend(_stuck_budget_warnings(service, lifecycle))
@@ -286,11 +294,13 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
                     if ids[0].id.kind != INFERENCE_SERVICE}
     catalog = Catalog(runtimes=runtimes)
     valid = []
+    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, dict]] = {}
     ambiguous: set[ResourceId] = set()
     for service in (m for m in candidates if m.id.kind == INFERENCE_SERVICE):
         runtime = catalog.runtime_for(service)
         regrets: list[ManifestError] = []
-        problems = service_errors(service, runtime, all_runtimes, operator, regrets)
+        found: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, dict]] = {}
+        problems = service_errors(service, runtime, all_runtimes, operator, regrets, found)
         managed = not problems and _is_managed(service, runtime, operator)
         if managed and len(copies[service.id]) > 1:
             ambiguous.add(service.id)
@@ -305,6 +315,7 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
         else:
             catalog.services.append(service)
             valid.append(service)
+            resolved.update(found)
             if managed:
                 # update-strategies.txt makes only an invalid operator default an error:
                 # a zero budget in a service or runtime is legal, and holds at the Budget
@@ -319,4 +330,5 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
     valid.extend(m for m in candidates if m.id.kind != INFERENCE_SERVICE)
     errors.sort(key=lambda e: (e.path, e.line or 0))
     warnings.sort(key=lambda e: (e.path, e.line or 0))
-    return ValidationResult(catalog=catalog, valid=valid, errors=errors, warnings=warnings)
+    return ValidationResult(catalog=catalog, valid=valid, errors=errors, warnings=warnings,
+                            resolved=resolved)
