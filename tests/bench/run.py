@@ -3,6 +3,7 @@
     python tests/bench/run.py [--services 1000] [--sizes 10,100,1000] [--runs 3]
                               [--instances 16] [--workdir DIR] [--watch-services N]
                               [--watch-min-ready 30] [--no-control-plane]
+                              [--scale 10000]
 
 Each benchmark runs as its own process (``bench_pass.py``, ``bench_api.py``,
 ``bench_memory.py``, ``bench_rollout.py``, ``bench_shards.py``, and ``bench_watch.py`` on the real
@@ -35,14 +36,30 @@ def _run(script: str, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+# A large fleet's pass costs tens of seconds: fewer runs of it.
+LARGE = 5000
+
+
 def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
-            watch_services: int | None = None, watch_min_ready: int = 30) -> dict:
+            watch_services: int | None = None, watch_min_ready: int = 30,
+            scale: list[int] | None = None) -> dict:
     started = time.perf_counter()
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--workdir", str(workdir)]
     api = _run("bench_api.py", "--sizes", sizes, *common)
     passed = _run("bench_pass.py", "--services", str(services), "--runs", str(runs), *common)
     memory = _run("bench_memory.py", "--services", str(services), *common)
+    curve = {services: {"pass_seconds": passed["pass_seconds"],
+                        "peak_rss_mb": memory["peak_rss_mb"]}}
+    for size in scale or []:
+        bigger = _run("bench_pass.py", "--services", str(size),
+                      "--runs", str(1 if size >= LARGE else runs), *common)
+        curve[size] = {"pass_seconds": bigger["pass_seconds"],
+                       "pass_vs_parse_ratio": bigger["pass_vs_parse_ratio"],
+                       "stages_seconds": bigger["stages_seconds"],
+                       "peak_rss_mb": _run("bench_memory.py", "--services", str(size),
+                                           *common)["peak_rss_mb"]}
+    largest = max(curve)
     rollout = _run("bench_rollout.py", "--instances", str(instances))
     shards = _run("bench_shards.py", "--services", str(services), "--runs", str(runs), *common)
     real = {}
@@ -57,15 +74,21 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         "lists_per_pass_with_podgroup_crd": api["lists_per_pass_with_podgroup_crd"],
         "writes_when_converged": api["writes_when_converged"],
         "writes_equal_actions": api["writes_equal_actions"],
-        "peak_rss_mb": memory["peak_rss_mb"],
+        "peak_rss_mb": {str(size): figures["peak_rss_mb"] for size, figures in curve.items()},
         "peak_rss_mb_sim": memory["peak_rss_mb_sim"],
+        # Seconds per service at the largest size over the same at --services.
+        "per_service_cost_ratio": round((curve[largest]["pass_seconds"] / largest)
+                                        / (curve[services]["pass_seconds"] / services), 3),
+        "curve": {str(size): figures for size, figures in sorted(curve.items())},
         "rollout_vs_ideal_ratio": rollout["rollout_vs_ideal_ratio"],
         "passes_per_rollout_ratio": rollout["passes"]["passes_per_rollout_ratio"],
         "shard_vs_share_ratio": shards["shard_vs_share_ratio"],
         "rollout_vs_ideal_ratio_real": real.get("rollout_vs_ideal_ratio_real"),
         "api_bytes_per_rollout_ratio": real.get("api_bytes_per_rollout_ratio"),
         "targets": {"pass_vs_parse_ratio": passed["target"], "lists_per_pass": api["list_target"],
-                    "writes_when_converged": 0, "peak_rss_mb": memory["target_mb"],
+                    "writes_when_converged": 0,
+                    "peak_rss_mb": {str(services): memory["target_mb"], "10000": 1024},
+                    "per_service_cost_ratio": 1.1,
                     "rollout_vs_ideal_ratio": rollout["target"],
                     "passes_per_rollout_ratio": rollout["passes"]["target"],
                     "shard_vs_share_ratio": shards["target"],
@@ -90,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch-services", type=int, default=None,
                         help="fleet size of the control-plane rollout (default: --services)")
     parser.add_argument("--watch-min-ready", type=int, default=30)
+    parser.add_argument("--scale", default="", metavar="N,M",
+                        help="larger fleets to measure the pass and memory at too "
+                             "(e.g. 10000), for the curve")
     parser.add_argument("--no-control-plane", action="store_true",
                         help="skip bench_watch.py, which starts the real control plane")
     args = parser.parse_args(argv)
@@ -97,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         args.services if args.watch_services is None else args.watch_services)
     with tempfile.TemporaryDirectory() as scratch:
         document = run_all(Path(args.workdir or scratch), args.services, args.sizes, args.runs,
-                           args.instances, watch_services, args.watch_min_ready)
+                           args.instances, watch_services, args.watch_min_ready,
+                           [int(n) for n in args.scale.split(",") if n])
     json.dump(document, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

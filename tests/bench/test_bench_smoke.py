@@ -24,13 +24,15 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
         else ["--watch-services", "2", "--watch-min-ready", "0"]
     done = subprocess.run(
         [sys.executable, str(RUN), "--services", "5", "--sizes", "5", "--runs", "1",
-         "--instances", "4", "--workdir", str(tmp_path), *real],
+         "--instances", "4", "--workdir", str(tmp_path), "--scale", "8", *real],
         check=False, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(done.stdout)
     for key in HEADLINES:
         assert key in document, key
     assert document["fleet"]["services"] == 5
+    assert set(document["peak_rss_mb"]) == {"5", "8"}
+    assert document["per_service_cost_ratio"] > 0
     assert document["writes_when_converged"] == {"5": 0}
     assert document["writes_equal_actions"] is True
     assert document["details"]["rollout"]["instances"] == 4

@@ -68,6 +68,8 @@ def test_a_change_by_someone_else_reaches_the_store_and_names_its_component(
         job.wait_for_change(1)
     assert "made-by-hand" in _names_in(job, namespace)
     assert (namespace, "svc", "worker") in job.changed_keys()
+    # Stored without server-side apply's bookkeeping, which nothing reads.
+    assert all("managedFields" not in p["metadata"] for p in job.list_objects(POD, MANAGED))
     assert woke_after < 5, "waiting for a change took as long as a poll"
     # A delete by someone else leaves the store too.
     core.delete_namespaced_pod("made-by-hand", namespace, grace_period_seconds=0)

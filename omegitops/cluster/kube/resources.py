@@ -50,9 +50,18 @@ class Resource:
         return object_id(self.kind, namespace if self.namespaced else None, name)
 
     def fill_type(self, obj: dict) -> dict:
-        """Items of a built-in kind's list come without kind and apiVersion: put them back."""
+        """Items of a built-in kind's list come without kind and apiVersion: put them back.
+
+        ``metadata.managedFields`` goes: server-side apply's bookkeeping, which
+        omegitops never reads and which is a large part of each object a real API
+        server sends (client-go informers drop it the same way, with a transform).
+        A PUT without it leaves the server's as they are.
+        """
         obj.setdefault("kind", self.kind)
         obj.setdefault("apiVersion", self.api_version)
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
         return obj
 
 
