@@ -9,7 +9,8 @@ does the same once the cluster keeps its lists current from watches
   pass does;
 - each later pass brings its observation up to date for the components whose
   objects changed since the last pass (the watches' keys), and plans those,
-  the ones whose wake-up time has come, and the ones whose plan or writes
+  the ones whose wake-up time has come, the ones in flight that were last
+  planned ``poll_seconds`` ago or more, and the ones whose plan or writes
   failed; every other component keeps its last plan, already applied, which
   still counts for whether the run is busy and when it wakes;
 - every ``RESYNC_SECONDS``, and whenever a watch had to list again, a pass
@@ -67,7 +68,9 @@ class IncrementalPasses:
         self._seen: Observation | None = None
         self._last: dict[Key, tuple[ServiceComponent | None, Plan]] = {}
         self._failed: set[Key] = set()
+        self._planned_at: dict[Key, float] = {}
         self._full_at = 0.0
+        self.poll_seconds = cluster.poll_seconds or 5.0
 
     @staticmethod
     def start(cluster: Cluster, items: list[ServiceComponent],
@@ -84,10 +87,16 @@ class IncrementalPasses:
         if self._seen is None or changed is None \
                 or self._clock() - self._full_at >= self.resync_seconds:
             return self._whole_pass()
-        now = self.cluster.now()
+        now, clock = self.cluster.now(), self._clock()
         due = {key for key, (_, plan) in self._last.items()
                if plan.wake_at is not None and plan.wake_at <= now}
-        keys = changed | due | self._failed
+        # In flight with no wake-up named: what it waits for may come without an event
+        # of its own objects (a scheduler's retry, a node's room): looked at again after
+        # poll_seconds, as every component was before watches.
+        stale = {key for key, (_, plan) in self._last.items()
+                 if plan.busy and plan.wake_at is None
+                 and clock - self._planned_at.get(key, 0.0) >= self.poll_seconds}
+        keys = changed | due | stale | self._failed
         observe_keys(self.cluster, self._seen, keys)
         result = run_pass(self.cluster, self.items, self.prune, self._seen, keys)
         self._keep(result, keys)
@@ -122,7 +131,9 @@ class IncrementalPasses:
         if keys is not None:
             for key in keys:
                 self._last.pop(key, None)
+        now = self._clock()
         for item, plan in result.plans:
             key = component_key(item) if item is not None else plan_key(plan)
             self._last[key] = (item, plan)
+            self._planned_at[key] = now
         self._failed = set(result.failed)

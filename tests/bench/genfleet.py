@@ -156,8 +156,14 @@ def gpus_needed(services: int) -> int:
     return total
 
 
-def sim_size(services: int, gpus_per_node: int = 8) -> dict[str, int]:
-    """``SimCluster.init`` arguments with room for the fleet plus a surge (about 40% spare)."""
+def sim_size(services: int, gpus_per_node: int | None = None) -> dict[str, int]:
+    """``SimCluster.init`` arguments with room for the fleet plus a surge (about 40% spare).
+
+    Past 1,000 services the nodes get 64 GPUs each: the simulated scheduler looks
+    at every node for every pod, and 14,000 nodes would make a 10,000-service fleet
+    a matter of its scheduling rather than of omegitops."""
+    if gpus_per_node is None:
+        gpus_per_node = 8 if services <= 1000 else 64
     nodes = max(2, math.ceil(gpus_needed(services) * 1.4 / gpus_per_node))
     routers = sum(1 for n in range(services) if SHAPES[n % len(SHAPES)] == "pd")
     return {"nodes": nodes, "gpus_per_node": gpus_per_node,

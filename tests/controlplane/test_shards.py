@@ -8,22 +8,26 @@ runs exactly these command lines, one pod each.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 
+import test_job
 from conftest import JOB_NAMESPACE
 from test_job import EXAMPLES, example_namespaces, run_job
 
 from omegitops.cli import main as cli_main
 from omegitops.report import content_key
 
+# The examples' namespaces and InferenceServices in the API (test_job's fixture).
+examples_in_cluster = test_job.examples_in_cluster
 
-def _shard(cp, index: int, tmp_path) -> subprocess.Popen:
-    import sys
 
+def _shard(cp, index: int, repo, tmp_path) -> subprocess.Popen:
     env = cp.env(cp.job_kubeconfig)
     env["OMEGITOPS_NAMESPACE"] = JOB_NAMESPACE
     return subprocess.Popen(
-        [sys.executable, "-m", "omegitops", "reconcile", "--repo", str(EXAMPLES),
+        [sys.executable, "-m", "omegitops", "reconcile", "--repo", str(repo),
          "--cluster", "kube", "--until-idle", "--max-seconds", "300",
          "--shard", f"{index}/2", "--report-dir", str(tmp_path / "reports" / f"shard-{index}")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -31,8 +35,15 @@ def _shard(cp, index: int, tmp_path) -> subprocess.Popen:
 
 def test_two_shards_run_at_once_each_under_its_lease_and_merge(examples_in_cluster, tmp_path):
     cp = examples_in_cluster
-    runs = [_shard(cp, index, tmp_path) for index in (0, 1)]
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    for path in repo.rglob("*.yaml"):  # warm-up windows of seconds, not 15-20 minutes
+        text = path.read_text()
+        path.write_text(text.replace("minReadySeconds: 1200", "minReadySeconds: 1")
+                        .replace("minReadySeconds: 900", "minReadySeconds: 1"))
+    runs = [_shard(cp, index, repo, tmp_path) for index in (0, 1)]
     outcomes = [run.communicate(timeout=400) for run in runs]
+    logs = "\n".join(err[-1500:] for _, err in outcomes)
     for run, (_, err) in zip(runs, outcomes, strict=True):
         assert run.returncode == 0, err[-3000:]
         assert "not running" not in err, err[-2000:]  # neither waited for the other's Lease
@@ -43,11 +54,16 @@ def test_two_shards_run_at_once_each_under_its_lease_and_merge(examples_in_clust
         assert not lease["spec"].get("holderIdentity")  # released at exit
     replicas = cp.list("ome.io/v1beta1", "InferenceReplica")
     assert {r["metadata"]["namespace"] for r in replicas} == set(example_namespaces())
-    assert all(r["status"]["readyReplicas"] == r["spec"]["replicas"] for r in replicas)
+    unready = {r["metadata"]["name"]: (r["status"].get("instances"),
+                                       [(c["type"], c["status"], c.get("message"))
+                                        for c in r["status"].get("conditions", [])])
+               for r in replicas
+               if r["status"]["readyReplicas"] != r["spec"]["replicas"]}
+    assert not unready, (unready, logs)
 
     assert cli_main(["merge-reports", str(tmp_path / "reports"), "--expect", "2",
                      "--report-dir", str(tmp_path / "merged")]) == 0
-    whole = run_job(cp, ["omegitops", "reconcile", "--repo", str(EXAMPLES), "--cluster", "kube",
+    whole = run_job(cp, ["omegitops", "reconcile", "--repo", str(repo), "--cluster", "kube",
                          "--report-dir", str(tmp_path / "whole")], tmp_path)
     assert whole.returncode == 0, whole.stderr[-3000:]
     merged = json.loads((tmp_path / "merged" / "status.json").read_text())

@@ -133,6 +133,12 @@ class WatchedKind:
                 chosen = [self._objects[i] for i in ids]
         return json_copy(chosen)
 
+    def get(self, namespace: str, name: str) -> dict | None:
+        """A copy of one stored object, or None."""
+        with self._lock:
+            found = self._objects.get((namespace or "", name))
+        return json_copy(found) if found is not None else None
+
     def remember(self, obj: dict) -> None:
         """The server's answer to one of the run's writes: stored unless the store
         already holds a newer version (a watch event that came first)."""
