@@ -73,17 +73,22 @@ def run_job(cp, argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.
                           capture_output=True, text=True, timeout=timeout)
 
 
+def wait_for_terminating_namespaces(cp) -> None:
+    """Until no namespace is terminating. The job lists across namespaces: an earlier
+    test's namespace still going would show in its first report as an unknown
+    InferenceReplica, and the examples' own cannot be made again until they are gone."""
+    deadline = time.monotonic() + 120
+    while any(n["metadata"].get("deletionTimestamp") for n in cp.list("v1", "Namespace")):
+        assert time.monotonic() < deadline, "an earlier test's namespace is still going"
+        time.sleep(1)
+
+
 @pytest.fixture
 def examples_in_cluster(ome_crds, tmp_path):
     """The examples' namespaces, runtimes and InferenceServices in the API, as a cluster
     with OME installed and the repository synced has them."""
     cp = ome_crds
-    # The job lists across namespaces: an earlier test's namespace still terminating
-    # would show in its first report as an unknown InferenceReplica, gone by the next.
-    deadline = time.monotonic() + 120
-    while any(n["metadata"].get("deletionTimestamp") for n in cp.list("v1", "Namespace")):
-        assert time.monotonic() < deadline, "an earlier test's namespace is still going"
-        time.sleep(1)
+    wait_for_terminating_namespaces(cp)
     for namespace in example_namespaces():
         cp.create_namespace(namespace, wait=True)
     # OME 1.2's CRDs predate the OMENative fields (spec.*.lifecycle): the API server

@@ -2,7 +2,7 @@
 
 One scenario through the command line, as the job's ServiceAccount: the examples
 brought up (with their InferenceServices in the API and the PodGroup CRD
-installed), a Service edited by hand, a gang scaled down and up, an in-place
+installed), a pod taken out of rotation by hand, a Service edited by hand, a gang scaled down and up, an in-place
 image change with no revision history kept, a service removed with ``--prune``,
 and every read command. The API server's audit log then gives each request the
 account made, as RBAC saw it:
@@ -26,7 +26,7 @@ import pytest
 import yaml
 from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES
 from kubernetes import client as k8s
-from test_job import EXAMPLES, LEASE, example_namespaces, run_job
+from test_job import EXAMPLES, LEASE, example_namespaces, run_job, wait_for_terminating_namespaces
 
 REQUIREMENTS = PIPELINES / "rbac-requirements.yaml"
 
@@ -90,6 +90,7 @@ def edit(path: Path, old: str, new: str) -> None:
 def audited(ome_crds, tmp_path):
     """Run the scenario; returns the audit events of every request the account made."""
     cp = ome_crds
+    wait_for_terminating_namespaces(cp)
     for namespace in example_namespaces():
         cp.create_namespace(namespace, wait=True)
     repo = tmp_path / "repo"
@@ -115,6 +116,17 @@ def audited(ome_crds, tmp_path):
     reconcile()
     # A pass with nothing to do.
     run("reconcile", "--repo", str(repo))
+    # Someone takes a pod out of rotation by hand: one pass (no --until-idle, so no
+    # watch) reads the pod and puts it back.
+    core = k8s.CoreV1Api(cp.admin)
+    pod = next(p for p in core.list_namespaced_pod("qwen3-0-6b").items
+               if p.metadata.name.startswith("qwen3-0-6b-engine-"))
+    core.patch_namespaced_pod_status(pod.metadata.name, "qwen3-0-6b", {"status": {
+        "conditions": [{"type": "ome.io/serving", "status": "False", "reason": "ByHand"}]}})
+    run("reconcile", "--repo", str(repo))
+    serving = [c for c in core.read_namespaced_pod(pod.metadata.name, "qwen3-0-6b")
+               .status.conditions if c.type == "ome.io/serving"]
+    assert serving and serving[0].status == "True"
     # Someone edits a Service omegitops owns: the owned fields are put back.
     k8s.CoreV1Api(cp.admin).patch_namespaced_service(
         "qwen3-0-6b-engine", "qwen3-0-6b",
