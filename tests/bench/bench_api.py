@@ -46,14 +46,17 @@ COPIED_KINDS = (POD, INFERENCE_REPLICA, CONTROLLER_REVISION, SERVICE)
 LIST_TARGET = 3
 
 
-def _seed(api: ApiServerDouble, cluster_path: Path) -> int:
-    """Copy the converged simulated cluster's managed objects into the double."""
+def _seed(api: ApiServerDouble, cluster_path: Path, keep_versions: bool = False) -> int:
+    """Copy the converged simulated cluster's managed objects into the double; with
+    ``keep_versions``, under their own resourceVersions, so that the converged
+    fingerprints (lifecycle/converged.py) still match and no pass need settle first."""
     copied = 0
     with SimCluster(cluster_path) as cluster:
         for kind in COPIED_KINDS:
             for obj in cluster.list_objects(kind, MANAGED):
-                obj["metadata"].pop("resourceVersion", None)
-                api.add(obj)
+                if not keep_versions:
+                    obj["metadata"].pop("resourceVersion", None)
+                api.add(obj, keep_version=keep_versions)
                 copied += 1
     return copied
 

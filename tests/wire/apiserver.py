@@ -213,12 +213,23 @@ class ApiServerDouble:
         with self.lock:
             self.requests.clear()
 
-    def add(self, obj: dict) -> dict:
-        """Store an object, status included, without HTTP (fixtures: a fleet to observe)."""
+    def add(self, obj: dict, keep_version: bool = False) -> dict:
+        """Store an object, status included, without HTTP (fixtures: a fleet to observe).
+
+        ``keep_version`` keeps the object's own resourceVersion (a copy of another
+        cluster whose versions come from one counter, as the simulator's do), and moves
+        the double's counter past it, so that later writes still get newer ones."""
         served = self._served_kind(obj["kind"])
         namespace = obj["metadata"].get("namespace") if served.namespaced else None
+        version = obj["metadata"].get("resourceVersion") if keep_version else None
         with self.lock:
-            return self._create(served, namespace, copy.deepcopy(obj), keep_status=True)
+            stored = self._create(served, namespace, copy.deepcopy(obj), keep_status=True)
+            if version is not None and str(version).isdigit():
+                kept = self._objects(served)[(namespace or "", obj["metadata"]["name"])]
+                kept["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"] = \
+                    str(version)
+                self.resource_version = max(self.resource_version, int(version))
+            return stored
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         """A stored object by kind (a copy), or None."""
