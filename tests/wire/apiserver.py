@@ -344,6 +344,8 @@ class ApiServerDouble:
                 continue
             labels = obj["metadata"].get("labels") or {}
             if all(labels.get(k) == v for k, v in wanted.items()):
+                if limit and len(items) > limit:
+                    break  # one past the page says there is more: copy no further
                 items.append(copy.deepcopy(obj))
                 keys.append(key)
         metadata: dict[str, Any] = {"resourceVersion": str(self.resource_version)}
