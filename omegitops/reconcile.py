@@ -549,6 +549,15 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
     """
     stop_at = cluster.now() + timedelta(seconds=max_seconds)
     passes = _watching(cluster, items, prune)
+    try:
+        return _passes_until_idle(cluster, items, prune, stop_at, passes, on_pass)
+    finally:
+        if passes is not None:
+            cluster.stop_watching()  # the run's watches end with its passes
+
+
+def _passes_until_idle(cluster: Cluster, items: list[ServiceComponent], prune: Pruning | None,
+                       stop_at: datetime, passes, on_pass) -> str:
     for _ in range(MAX_PASSES if passes is None else MAX_WATCHED_PASSES):
         result = run_pass(cluster, items, prune) if passes is None else passes.run_pass()
         if on_pass is not None:

@@ -108,6 +108,9 @@ class Cluster(abc.ABC):
         """The objects of a watched ``list_objects(kind, labels)`` filed under ``keys``."""
         raise NotImplementedError(f"{kind} is not watched")
 
+    def stop_watching(self) -> None:
+        """End the watches (their lists stay as they were last kept); nothing without."""
+
     def wait_for_change(self, seconds: float) -> bool:
         """Wait up to ``seconds``, less when a watched object changes; whether one did."""
         self.advance(seconds)

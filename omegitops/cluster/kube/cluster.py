@@ -130,8 +130,10 @@ class KubeCluster(Cluster):
         from it from now on. False, after a warning, when the watch cannot start."""
         if self.watches is None:
             self.watches = Watches()
-        if self.watches.get(kind, labels) is not None:
+        held = self.watches.get(kind, labels)
+        if held is not None and held.running:
             return True
+        # New, or kept from an earlier run of passes whose watch has ended: list again.
         resource = self._resource(kind)
         watched = WatchedKind(resource, labels, key_of, self.watches.changes,
                               lambda: self._list_versioned(resource, labels),
@@ -140,6 +142,12 @@ class KubeCluster(Cluster):
         self.watches.add(kind, watched)
         watched.start()
         return True
+
+    def stop_watching(self) -> None:
+        """End the watch threads. The lists stay readable, as they were when the watches
+        ended: the run's last look, which its report and table show."""
+        if self.watches is not None:
+            self.watches.stop()
 
     def changed_keys(self) -> set[Hashable] | None:
         if self.watches is None or any(w.failure for w in self.watches.kinds.values()):

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 WATCH_SECONDS = 300
 # How long to wait before watching again after a watch failed for another reason.
 RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 30.0
 
 Key = Hashable
 ObjectId = tuple[str, str]  # (namespace, name)
@@ -179,6 +180,10 @@ class WatchedKind:
                                         name=f"watch-{self.resource.plural}")
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and not self._stopping.is_set()
+
     def stop(self) -> None:
         self._stopping.set()
         watcher = self._watch
@@ -191,9 +196,11 @@ class WatchedKind:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        backoff = RETRY_SECONDS
         while not self._stopping.is_set():
             try:
                 self._watch_once()
+                backoff = RETRY_SECONDS
             except Expired as err:
                 log.info("%s watch: %s; listing again", self.resource.kind, err)
                 self._relist()
@@ -207,8 +214,12 @@ class WatchedKind:
             except Exception as err:  # noqa: BLE001 - a broken stream is watched again
                 if self._stopping.is_set():
                     return
-                log.info("%s watch ended: %s; watching again", self.resource.kind, err)
-                self._stopping.wait(RETRY_SECONDS)
+                # Said once per outage, then quietly, waiting longer each time.
+                level = logging.INFO if backoff == RETRY_SECONDS else logging.DEBUG
+                log.log(level, "%s watch ended: %s; watching again in %.0f s",
+                        self.resource.kind, err, backoff)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, MAX_RETRY_SECONDS)
 
     def _relist(self) -> None:
         while not self._stopping.is_set():
