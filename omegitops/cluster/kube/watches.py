@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -287,7 +286,6 @@ class Watches:
     def __init__(self) -> None:
         self.changes = Changes()
         self.kinds: dict[tuple[str, str | None], WatchedKind] = {}
-        self.started = time.monotonic()
 
     def get(self, kind: str, labels: dict[str, str] | None) -> WatchedKind | None:
         watched = self.kinds.get((kind, label_selector(labels)))
