@@ -24,7 +24,6 @@ happens, not at the next poll.
 
 from __future__ import annotations
 
-import logging
 import time
 from datetime import datetime
 
@@ -44,9 +43,8 @@ from omegitops.reconcile import (
     owner_key,
     plan_key,
     run_pass,
+    unobserved,
 )
-
-log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]
 # A whole pass this often, however quiet the watches are (an informer's resync).
@@ -115,11 +113,8 @@ class IncrementalPasses:
         try:
             self._seen = observe(self.cluster)
         except ClusterError as err:
-            # As in reconcile.run_pass: nothing is planned on part of an observation.
             self._seen = None
-            result = PassResult(now=self.cluster.now(), observed=False)
-            result.errors.append(f"observing the cluster: {err}")
-            return result
+            return unobserved(self.cluster, err)
         self._full_at = self._clock()
         result = run_pass(self.cluster, self.items, self.prune, self._seen)
         self._last = {}

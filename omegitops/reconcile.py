@@ -49,6 +49,7 @@ from omegitops.lifecycle.planner import (
     converged_plan,
     plan_component,
 )
+from omegitops.lifecycle.replica import replica_name
 from omegitops.lifecycle.resolve import OMENATIVE, ComponentLifecycle, Resolved
 from omegitops.lifecycle.revisions import stored_templates
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
@@ -82,15 +83,11 @@ class Observation:
         )
 
 
-def _owner(obj: dict) -> tuple[str, str, str]:
+def owner_key(obj: dict) -> tuple[str, str, str]:
+    """(namespace, service, component) of a managed object, from its labels."""
     meta = obj["metadata"]
     labels = meta.get("labels") or {}
     return meta.get("namespace", ""), labels.get(LABEL_ISVC, ""), labels.get(LABEL_COMPONENT, "")
-
-
-def owner_key(obj: dict) -> tuple[str, str, str]:
-    """(namespace, service, component) of a managed object, from its labels."""
-    return _owner(obj)
 
 
 def observed_kinds(cluster: Cluster) -> list[str]:
@@ -119,8 +116,9 @@ def observe_keys(cluster: Cluster, seen: Observation, keys: set[tuple[str, str, 
         seen.services.pop(key, None)
         if seen.podgroups is not None:
             seen.podgroups.pop(key, None)
-    for name in [name for name, replica in seen.replicas.items() if _owner(replica) in keys]:
-        del seen.replicas[name]
+    for namespace, isvc, component in keys:
+        # Where Observation.component looks the replica up, and the planner names it.
+        seen.replicas.pop((namespace, replica_name(isvc, component)), None)
     for kind in observed_kinds(cluster):
         _file(seen, kind, cluster.list_keyed(kind, MANAGED, keys))
 
@@ -129,20 +127,20 @@ def _file(seen: Observation, kind: str, objects: list[dict]) -> None:
     """Put listed objects of one kind where ``Observation.component`` looks for them."""
     if kind == POD:
         for pod in objects:
-            seen.pods.setdefault(_owner(pod), []).append(pod)
+            seen.pods.setdefault(owner_key(pod), []).append(pod)
     elif kind == INFERENCE_REPLICA:
         for replica in objects:
             meta = replica["metadata"]
             seen.replicas[(meta.get("namespace", ""), meta["name"])] = replica
     elif kind == CONTROLLER_REVISION:
         for revision in objects:
-            seen.revisions.setdefault(_owner(revision), []).append(revision)
+            seen.revisions.setdefault(owner_key(revision), []).append(revision)
     elif kind == SERVICE:
         for service in objects:
-            seen.services.setdefault(_owner(service), {})[service["metadata"]["name"]] = service
+            seen.services.setdefault(owner_key(service), {})[service["metadata"]["name"]] = service
     elif kind == POD_GROUP and seen.podgroups is not None:
         for group in objects:
-            seen.podgroups.setdefault(_owner(group), {})[group["metadata"]["name"]] = group
+            seen.podgroups.setdefault(owner_key(group), {})[group["metadata"]["name"]] = group
 
 
 @dataclass
@@ -313,12 +311,7 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent],
     try:
         result = plan_all(cluster, items, prune, seen, only)
     except ClusterError as err:
-        # A failed LIST leaves the observation incomplete: acting on part of it could
-        # recreate pods that exist or drop rows whose pods were not listed. The pass is
-        # abandoned before any write and reported as failed; the next one observes again.
-        result = PassResult(now=cluster.now(), observed=False)
-        result.errors.append(f"observing the cluster: {err}")
-        return result
+        return unobserved(cluster, err)
     if not _may_write(cluster, result, prune):
         return result
     writes = Writes()
@@ -333,6 +326,16 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent],
             result.errors.append(f"{plan.replica['metadata']['name']}: {err}")
             result.failed.add(plan_key(plan))
     result.applied = writes.count
+    return result
+
+
+def unobserved(cluster: Cluster, err: ClusterError) -> PassResult:
+    """The pass whose observation failed. A failed LIST leaves the observation
+    incomplete: acting on part of it could recreate pods that exist or drop rows whose
+    pods were not listed. The pass is abandoned before any write and reported as
+    failed; the next one observes again."""
+    result = PassResult(now=cluster.now(), observed=False)
+    result.errors.append(f"observing the cluster: {err}")
     return result
 
 

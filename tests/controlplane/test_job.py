@@ -73,6 +73,17 @@ def run_job(cp, argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.
                           capture_output=True, text=True, timeout=timeout)
 
 
+def examples_with_short_windows(tmp_path: Path) -> Path:
+    """A copy of examples/ whose warm-up windows are seconds, not 15-20 minutes."""
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    for path in repo.rglob("*.yaml"):
+        text = path.read_text()
+        path.write_text(text.replace("minReadySeconds: 1200", "minReadySeconds: 1")
+                        .replace("minReadySeconds: 900", "minReadySeconds: 1"))
+    return repo
+
+
 def wait_for_terminating_namespaces(cp) -> None:
     """Until no namespace is terminating. The job lists across namespaces: an earlier
     test's namespace still going would show in its first report as an unknown

@@ -18,7 +18,6 @@ account made, as RBAC saw it:
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,13 @@ import pytest
 import yaml
 from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES
 from kubernetes import client as k8s
-from test_job import EXAMPLES, LEASE, example_namespaces, run_job, wait_for_terminating_namespaces
+from test_job import (
+    LEASE,
+    example_namespaces,
+    examples_with_short_windows,
+    run_job,
+    wait_for_terminating_namespaces,
+)
 
 REQUIREMENTS = PIPELINES / "rbac-requirements.yaml"
 
@@ -93,12 +98,7 @@ def audited(ome_crds, tmp_path):
     wait_for_terminating_namespaces(cp)
     for namespace in example_namespaces():
         cp.create_namespace(namespace, wait=True)
-    repo = tmp_path / "repo"
-    shutil.copytree(EXAMPLES, repo)
-    for path in repo.rglob("*.yaml"):  # warm-up windows of seconds, not 15-20 minutes
-        text = path.read_text()
-        path.write_text(text.replace("minReadySeconds: 1200", "minReadySeconds: 1")
-                        .replace("minReadySeconds: 900", "minReadySeconds: 1"))
+    repo = examples_with_short_windows(tmp_path)
     cp.apply_files(sorted((repo / "runtimes").glob("*.yaml"))
                    + sorted((repo / "services").rglob("*.yaml")), validation="Ignore")
     # As on the job's first run ever: the Lease does not exist yet, and is created.

@@ -8,13 +8,12 @@ runs exactly these command lines, one pod each.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
 import test_job
 from conftest import JOB_NAMESPACE
-from test_job import EXAMPLES, example_namespaces, run_job
+from test_job import example_namespaces, examples_with_short_windows, run_job
 
 from omegitops.cli import main as cli_main
 from omegitops.report import content_key
@@ -35,12 +34,7 @@ def _shard(cp, index: int, repo, tmp_path) -> subprocess.Popen:
 
 def test_two_shards_run_at_once_each_under_its_lease_and_merge(examples_in_cluster, tmp_path):
     cp = examples_in_cluster
-    repo = tmp_path / "repo"
-    shutil.copytree(EXAMPLES, repo)
-    for path in repo.rglob("*.yaml"):  # warm-up windows of seconds, not 15-20 minutes
-        text = path.read_text()
-        path.write_text(text.replace("minReadySeconds: 1200", "minReadySeconds: 1")
-                        .replace("minReadySeconds: 900", "minReadySeconds: 1"))
+    repo = examples_with_short_windows(tmp_path)
     runs = [_shard(cp, index, repo, tmp_path) for index in (0, 1)]
     outcomes = [run.communicate(timeout=400) for run in runs]
     logs = "\n".join(err[-1500:] for _, err in outcomes)

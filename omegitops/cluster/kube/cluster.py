@@ -127,7 +127,8 @@ class KubeCluster(Cluster):
               key_of: Callable[[dict], Hashable]) -> bool:
         """LIST the kind once, then keep that list current from a watch
         (``omegitops.cluster.kube.watches``); ``list_objects(kind, labels)`` answers
-        from it from now on. False, after a warning, when the watch cannot start."""
+        from it from now on. A watch the account may not make falls back to a LIST per
+        call, with a warning, once its first request is refused."""
         if self.watches is None:
             self.watches = Watches()
         held = self.watches.get(kind, labels)
