@@ -104,6 +104,7 @@ def component_errors(service: Manifest, runtime: Manifest | None,
     if rendered is not None:
         rendered["templates"] = templates
     return _container_errors(service, runtime, lifecycle, templates) + \
+        _volume_errors(service, runtime, lifecycle, templates) + \
         _label_errors(service, lifecycle, templates)
 
 
@@ -167,6 +168,35 @@ def _container_errors(service: Manifest, runtime: Manifest | None,
     return []
 
 
+def _volume_errors(service: Manifest, runtime: Manifest | None,
+                   lifecycle: ComponentLifecycle,
+                   templates: dict[str, dict]) -> list[ManifestError]:
+    """A container that mounts a volume its pod does not define: the API server refuses
+    the pod (``volumeMounts[0].name: Not found``) on every pass. The catalogue's own
+    deepseek-rdma runtime does this: its leader mounts the volumes only its worker
+    declares."""
+    component = lifecycle.component
+    for runner, template in templates.items():
+        spec = template["spec"]
+        defined = {volume.get("name") for volume in spec.get("volumes") or []
+                   if isinstance(volume, dict)}
+        for key in ("initContainers", "containers"):
+            for container in spec.get(key) or []:
+                if not isinstance(container, dict):
+                    continue
+                for mount in container.get("volumeMounts") or []:
+                    name = mount.get("name") if isinstance(mount, dict) else None
+                    if name in defined:
+                        continue
+                    pods = "pods" if runner == "default" else f"{runner} pods"
+                    return [service.error(("spec", component), (
+                        f"component {component}'s {pods} would mount volume {name!r} in "
+                        f"container {container.get('name') or '(unnamed)'} but define no "
+                        f"such volume, and the API server refuses them: add it to volumes "
+                        f"{_volumes_where(component, runner, runtime)}"))]
+    return []
+
+
 def _label_errors(service: Manifest, lifecycle: ComponentLifecycle,
                   templates: dict[str, dict]) -> list[ManifestError]:
     """Label keys and values, annotation keys and container names the API server
@@ -189,6 +219,14 @@ def _where(component: str, runner: str, runtime: Manifest | None) -> str:
     if runtime is None:
         return here
     return f"{here}, or in {runtime.id} at spec.{RUNTIME_CONFIG[component]}.{part}"
+
+
+def _volumes_where(component: str, runner: str, runtime: Manifest | None) -> str:
+    part = "" if runner == "default" else f".{runner}"
+    here = f"in spec.{component}{part}"
+    if runtime is None:
+        return here
+    return f"{here}, or in {runtime.id} at spec.{RUNTIME_CONFIG[component]}{part}"
 
 
 def _from(runtime: Manifest | None, own: FieldPath | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sim_helpers import NS, elapsed, get, make_pod
 
-from omegitops.cluster.errors import AlreadyExists, Conflict, NotFound
+from omegitops.cluster.errors import AlreadyExists, Conflict, Invalid, NotFound
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION
 
 
@@ -23,6 +23,15 @@ def test_created_objects_get_identity_and_every_write_a_new_resource_version(clu
     assert pod["status"]["phase"] == "Pending"
     with pytest.raises(AlreadyExists, match="InferenceReplica/demo/svc-engine"):
         cluster.create_object(_irep())
+
+
+def test_a_pod_mounting_a_volume_it_does_not_define_is_refused_as_the_api_server_does(cluster):
+    pod = make_pod("a")
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    with pytest.raises(Invalid, match=r"containers\[0\]\.volumeMounts\[0\]\.name: Not found"):
+        cluster.create_pod(pod)
+    pod["spec"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    assert cluster.create_pod(pod)["spec"]["volumes"][0]["name"] == "dshm"
 
 
 def test_replace_with_a_stale_resource_version_is_a_conflict(cluster):

@@ -951,6 +951,15 @@ def _check_pod(pod: dict) -> None:
     if not containers or not all(c.get("name") and c.get("image") for c in containers):
         raise Invalid(f"{object_id('Pod', meta['namespace'], name)}: spec.containers needs at "
                       "least one container, each with a name and an image")
+    # As the API server: a volumeMount must name one of the pod's volumes.
+    spec = pod.get("spec") or {}
+    volumes = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)}
+    for key in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(key) or []):
+            for j, mount in enumerate(container.get("volumeMounts") or []):
+                if mount.get("name") not in volumes:
+                    raise Invalid(f"{object_id('Pod', meta['namespace'], name)}: spec.{key}[{i}]"
+                                  f".volumeMounts[{j}].name: Not found: {mount.get('name')!r}")
 
 
 def _check_pod_update(stored: dict, new: dict) -> None:
