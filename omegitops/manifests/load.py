@@ -32,14 +32,14 @@ class Loaded:
 def load(root: Path | str, values_file: str | None = None,
          owns: Callable[[str], bool] | None = None) -> Loaded:
     """Load and validate a repository; OperatorConfigError stops everything first.
-    ``owns`` keeps the services of those namespaces only (``--shard``): every file is
-    read, as which services it holds is known only then, but only those services are
-    validated and resolved."""
+    ``owns`` keeps the services of those namespaces only (``--shard``): a file whose
+    objects are all in other namespaces is not read (when the pre-scan can tell), and
+    only those services are validated and resolved."""
     root = Path(root)
     operator, values_path = read_operator_values(root, values_file)
     skip = values_file if values_file and not Path(values_file).is_absolute() \
         else DEFAULT_VALUES_FILE
-    repo = read_repository(root, skip)
+    repo = read_repository(root, skip, owns)
     result = validate_repository(repo, operator, owns)
     return Loaded(root, operator, values_path, repo, result)
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegitops.ids import ResourceId
 from omegitops.manifests.jsonvalues import normalize_json
+from omegitops.manifests.prescan import file_namespaces
 from omegitops.manifests.yamlfile import (
     Document,
     YamlError,
@@ -138,6 +140,8 @@ class Repository:
     skipped_files: list[SkippedFile] = field(default_factory=list)
     errors: list[ManifestError] = field(default_factory=list)
     files: int = 0
+    # Files a --shard left unread: every object in them is in another shard's namespaces.
+    other_shards_files: int = 0
 
 
 def format_path(path: tuple[str | int, ...]) -> str:
@@ -189,35 +193,63 @@ def _unread_reason(path: Path) -> str | None:
     return None
 
 
-def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE) -> Repository:
-    """Load and classify every manifest under ``root``."""
+def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE,
+                    owns: Callable[[str], bool] | None = None) -> Repository:
+    """Load and classify every manifest under ``root``. With ``owns`` (a ``--shard``'s
+    namespaces), a file whose objects are all in other namespaces is left unread,
+    when the pre-scan (``prescan.py``) can tell that much from its documents' heads."""
     root = Path(root)
     repo = Repository(root=root)
     if not root.is_dir():
         repo.errors.append(ManifestError(str(root), None, "repository folder does not exist"))
         return repo
     files, repo.skipped_files = walk(root, values_file)
+    within = Within(root)
     for path in files:
-        repo.files += 1
-        _read_file(repo, path)
+        _read_file(repo, path, owns, within)
     return repo
 
 
 def outside(path: Path, root: Path) -> bool:
     """Whether ``path``, inside ``root`` as written, leads out of it through a link
     (its own, or a folder's on the way)."""
-    return not path.resolve().is_relative_to(root.resolve())
+    return Within(root).outside(path)
 
 
-def _read_file(repo: Repository, path: Path) -> None:
+class Within:
+    """``outside`` for many files under one root: each folder is resolved once (a
+    thousand files' full resolutions were a tenth of a pass), and a file itself only
+    when it is a link."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self._folders: dict[Path, Path] = {}
+
+    def outside(self, path: Path) -> bool:
+        folder = self._folders.get(path.parent)
+        if folder is None:
+            folder = self._folders[path.parent] = path.parent.resolve()
+        target = path.resolve() if path.is_symlink() else folder / path.name
+        return not target.is_relative_to(self.root)
+
+
+def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
+               within: Within) -> None:
     rel = path.relative_to(repo.root).as_posix()
-    if outside(path, repo.root):
+    repo.files += 1
+    if within.outside(path):
         # A link out of the repository would read (and echo) files nobody reviewed.
         repo.errors.append(ManifestError(rel, None, "symbolic link to a file outside the "
                                                     "repository; not read"))
         return
     try:
         text = load_text(read_limited(path))
+        if owns is not None:
+            namespaces = file_namespaces(text, NAMESPACED_KINDS)
+            if namespaces is not None and not any(owns(n) for n in namespaces):
+                repo.files -= 1  # not this shard's: counted apart
+                repo.other_shards_files += 1
+                return
         documents = list(load_documents(text))
     except YamlError as err:
         repo.errors.append(ManifestError(rel, err.line, err.message))
