@@ -27,8 +27,6 @@ from omegitops.manifests.yamlfile import YamlError, load_text
 from tests.conftest import EXAMPLES, SHARED_OME
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "bench"))
-import genfleet  # noqa: E402
 
 
 def full_read(path: Path) -> Repository:
@@ -72,6 +70,11 @@ def test_the_promise_holds_on_the_ome_catalogue():
 
 
 def test_a_generated_fleet_is_told_apart_file_by_file(tmp_path):
+    sys.path.insert(0, str(HERE / "bench"))
+    try:
+        import genfleet
+    finally:
+        sys.path.remove(str(HERE / "bench"))
     genfleet.write_fleet(tmp_path, 40)
     services = yaml_files(tmp_path / "services")
     assert all(len(assert_promise(p) or ()) == 1 for p in services)
@@ -89,8 +92,8 @@ HEAD = "apiVersion: ome.io/v1beta1\nkind: InferenceService\n"
     (HEAD + "metadata:\n  name: a\n", {"default"}),
     (HEAD + "metadata:\n  name: a\n  namespace: null\n", {"default"}),
     (HEAD + "metadata: {name: a, namespace: 'team-b'}\n", {"team-b"}),
-    ('{"apiVersion": "ome.io/v1beta1", "kind": "ServingRuntime", '
-     '"metadata": {"namespace": "x", "name": "r"}}', {"x"}),
+    (('{"apiVersion": "ome.io/v1beta1", "kind": "ServingRuntime", '
+      '"metadata": {"namespace": "x", "name": "r"}}'), {"x"}),
     # kind after a long spec: still found, the spec passed over
     ("apiVersion: v1\nmetadata:\n  namespace: c\nspec:\n  a: [1, {b: 2}]\nkind: ConfigMap\n",
      {"c"}),
