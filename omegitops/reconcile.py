@@ -23,6 +23,7 @@ from omegitops.cluster.base import (
     SERVICE,
     SERVING_GATE,
     Cluster,
+    trim_pod,
 )
 from omegitops.cluster.errors import AlreadyExists, Conflict, NotFound
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, sequence_value
@@ -127,7 +128,9 @@ def _file(seen: Observation, kind: str, objects: list[dict]) -> None:
     """Put listed objects of one kind where ``Observation.component`` looks for them."""
     if kind == POD:
         for pod in objects:
-            seen.pods.setdefault(owner_key(pod), []).append(pod)
+            # Both backends plan on the same view of a pod (the kube backend trims
+            # as it reads, to bound a pass's memory).
+            seen.pods.setdefault(owner_key(pod), []).append(trim_pod(pod))
     elif kind == INFERENCE_REPLICA:
         for replica in objects:
             meta = replica["metadata"]

@@ -31,6 +31,33 @@ POD = "Pod"
 # The readiness gate OME uses to put a pod into rotation.
 SERVING_GATE = "ome.io/serving"
 
+# What omegitops reads of an existing pod's spec: where it runs, its scheduling gates,
+# its grace, and each container's name and image (in-place updates and InPlaceOnly
+# compare images). Metadata and status are read whole.
+_KEPT_POD_SPEC = ("nodeName", "schedulingGates", "terminationGracePeriodSeconds")
+_KEPT_CONTAINER = ("name", "image")
+
+
+def trim_pod(pod: dict) -> dict:
+    """``pod`` with only the spec fields omegitops reads, in place; returns it.
+
+    The rest of a pod's spec (env, volumes, probes, resources, affinity) is most of
+    its size, and a pass holds every managed pod, so it is dropped as it is read,
+    as client-go informers trim what their controllers never look at. Pods are
+    always built from their templates and changed by patch, never written back from
+    a read, so nothing is lost. Trimming twice changes nothing.
+    """
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
+    kept = {key: spec[key] for key in _KEPT_POD_SPEC if key in spec}
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            kept[key] = [{k: c[k] for k in _KEPT_CONTAINER if k in c}
+                         if isinstance(c, dict) else c for c in spec[key]]
+    pod["spec"] = kept
+    return pod
+
 
 class Cluster(abc.ABC):
     """A Kubernetes-like cluster: pods, a few other kinds, events and a clock."""

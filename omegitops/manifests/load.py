@@ -41,6 +41,8 @@ def load(root: Path | str, values_file: str | None = None,
         else DEFAULT_VALUES_FILE
     repo = read_repository(root, skip, owns)
     result = validate_repository(repo, operator, owns)
+    # Every error is placed: the node trees (a tenth of a big pass's memory) can go.
+    repo.release_nodes()
     return Loaded(root, operator, values_path, repo, result)
 
 

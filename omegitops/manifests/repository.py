@@ -143,6 +143,11 @@ class Repository:
     # Files a --shard left unread: every object in them is in another shard's namespaces.
     other_shards_files: int = 0
 
+    def release_nodes(self) -> None:
+        """Drop every manifest's node tree, once validation has placed its errors."""
+        for manifest in self.manifests:
+            manifest.doc.release()
+
 
 def format_path(path: tuple[str | int, ...]) -> str:
     """``('spec', 'containers', 0, 'image')`` -> ``spec.containers[0].image``."""

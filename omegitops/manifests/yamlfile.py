@@ -54,21 +54,31 @@ class YamlError(Exception):
 
 @dataclass
 class Document:
-    """One YAML document of a file: its data and the node tree it came from."""
+    """One YAML document of a file: its data and the node tree it came from.
+
+    The tree (every node with its marks: more memory than the data) is only needed
+    to place errors; once validation has made them, ``release`` drops it, and the
+    document keeps its own line.
+    """
 
     index: int
     data: Any
-    node: yaml.Node
+    node: yaml.Node | None
 
-    @property
-    def line(self) -> int:
-        return self.node.start_mark.line + 1
+    def __post_init__(self) -> None:
+        self.line = self.node.start_mark.line + 1 if self.node is not None else 1
+
+    def release(self) -> None:
+        self.node = None
 
     def line_of(self, path: tuple[str | int, ...]) -> int:
         """Line of the deepest field along ``path``: the line of its key (a
         nested mapping starts on the line after), or of a list item. A field
-        that is absent reports its parent's line, where it would have to go."""
-        node, line = self.node, self.node.start_mark.line + 1
+        that is absent reports its parent's line, where it would have to go.
+        After ``release``, the document's line."""
+        if self.node is None:
+            return self.line
+        node, line = self.node, self.line
         for part in path:
             found = _child(node, part)
             if found is None:

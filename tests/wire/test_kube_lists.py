@@ -4,9 +4,12 @@ tests/controlplane/test_real_cluster_path.py.)"""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from wire_helpers import make_pod
 
+from omegitops.cluster.base import trim_pod
 from omegitops.cluster.errors import Expired
 from omegitops.reconcile import MANAGED
 
@@ -44,3 +47,20 @@ def test_a_list_that_expires_again_fails(kube, api):
     with pytest.raises(Expired, match="Pod list"):
         kube.list_pods(MANAGED)
 
+
+
+def test_a_pod_is_read_with_only_the_spec_fields_omegitops_reads_and_created_whole(kube, api):
+    env = [{"name": "MODEL", "value": "llama"}]
+    body = make_pod("full", labels=MANAGED, nodeName="n1", terminationGracePeriodSeconds=60,
+                    volumes=[{"name": "dshm", "emptyDir": {}}],
+                    containers=[{"name": "main", "image": "busybox:1", "env": env,
+                                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}])
+    created = kube.create_pod(body)
+    stored = api.get("Pod", "demo", "full")
+    assert stored["spec"]["volumes"] and stored["spec"]["containers"][0]["env"] == env
+    assert created["spec"] == {"nodeName": "n1", "terminationGracePeriodSeconds": 60,
+                               "containers": [{"name": "main", "image": "busybox:1"}]}
+    (listed,) = kube.list_pods(MANAGED)
+    assert listed["spec"] == created["spec"]
+    assert listed["metadata"]["labels"] == MANAGED
+    assert trim_pod(copy.deepcopy(listed)) == listed  # trimming twice changes nothing

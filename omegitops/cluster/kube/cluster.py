@@ -469,7 +469,7 @@ class KubeCluster(Cluster):
         if resource.namespaced and not namespace:
             raise Invalid(f"{resource.kind}/{name}: metadata.namespace is required")
         body = {**obj, "metadata": {k: v for k, v in meta.items() if k not in SERVER_FIELDS}}
-        resource.fill_type(body)
+        resource.with_type(body)
         return self._remember(resource, resource.fill_type(self.rest.request(
             "POST", resource.path(namespace), body=body,
             what=resource.object_id(namespace, name))))

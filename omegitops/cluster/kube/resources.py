@@ -50,18 +50,27 @@ class Resource:
         return object_id(self.kind, namespace if self.namespaced else None, name)
 
     def fill_type(self, obj: dict) -> dict:
-        """Items of a built-in kind's list come without kind and apiVersion: put them back.
+        """An object as read: items of a built-in kind's list come without kind and
+        apiVersion, which are put back.
 
         ``metadata.managedFields`` goes: server-side apply's bookkeeping, which
         omegitops never reads and which is a large part of each object a real API
         server sends (client-go informers drop it the same way, with a transform).
-        A PUT without it leaves the server's as they are.
+        A PUT without it leaves the server's as they are. A pod keeps only what
+        omegitops reads of its spec (``base.trim_pod``).
         """
-        obj.setdefault("kind", self.kind)
-        obj.setdefault("apiVersion", self.api_version)
+        self.with_type(obj)
         meta = obj.get("metadata")
         if isinstance(meta, dict):
             meta.pop("managedFields", None)
+        if self.kind == base.POD:
+            base.trim_pod(obj)  # most of a pod, and never read: see trim_pod
+        return obj
+
+    def with_type(self, obj: dict) -> dict:
+        """``obj`` with its kind and apiVersion set (a request's body)."""
+        obj.setdefault("kind", self.kind)
+        obj.setdefault("apiVersion", self.api_version)
         return obj
 
 
