@@ -22,7 +22,6 @@ from omegitops.manifests.yamlfile import (
     YamlError,
     load_documents,
     load_text,
-    non_string_key,
     read_limited,
     yaml_type,
 )
@@ -312,7 +311,7 @@ def _classify(repo: Repository, rel: str, doc: Document) -> None:
             rel, doc.line_of(("metadata", "name")), f"{kind} has {problem}",
             field="metadata.name"))
         return
-    key = non_string_key(doc.node)
+    key = doc.non_string_key
     if key is not None:
         # Kubernetes objects are JSON: every key is a string. YAML reads 1, true
         # or null as something else, which no schema or later lookup expects.

@@ -64,6 +64,9 @@ class Document:
     index: int
     data: Any
     node: yaml.Node | None
+    # The first mapping key YAML reads as something else than a string (found by the
+    # same walk that checks the tree): see ``non_string_key``.
+    non_string_key: yaml.ScalarNode | None = None
 
     def __post_init__(self) -> None:
         self.line = self.node.start_mark.line + 1 if self.node is not None else 1
@@ -86,28 +89,6 @@ class Document:
             key, node = found
             line = (key or node).start_mark.line + 1
         return line
-
-
-def non_string_key(root: yaml.Node) -> yaml.ScalarNode | None:
-    """The first mapping key under ``root`` that YAML reads as something other
-    than a string (``1``, ``true``, ``null``, a date), or None. Merge keys count
-    as strings: ``<<`` is YAML's own."""
-    found: list[yaml.ScalarNode] = []
-    stack = [root]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.tag not in (STR_TAG, MERGE_TAG):
-                    found.append(key)
-                stack.append(value)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-    return min(found, key=lambda k: (k.start_mark.line, k.start_mark.column), default=None)
 
 
 def yaml_type(node: yaml.Node) -> str:
@@ -146,13 +127,15 @@ def load_documents(text: str) -> Iterator[Document]:
                 raise YamlError(_clip(str(err))) from None
             if node is None:
                 continue
-            _check_tree(node)
+            odd_keys = _check_tree(node)
             try:
                 data = loader.construct_document(node)
             except yaml.MarkedYAMLError as err:
                 raise _marked(err, text) from None
             if data is not None:
-                yield Document(index=index, data=data, node=node)
+                first = min(odd_keys, key=lambda k: (k.start_mark.line, k.start_mark.column),
+                            default=None)
+                yield Document(index=index, data=data, node=node, non_string_key=first)
             index += 1
     finally:
         loader.dispose()
@@ -230,12 +213,15 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _check_tree(root: yaml.Node) -> None:
-    """Reject duplicate keys, deep nesting and alias bombs before constructing.
+def _check_tree(root: yaml.Node) -> list[yaml.ScalarNode]:
+    """Reject duplicate keys, deep nesting and alias bombs before constructing; return
+    the mapping keys that YAML reads as something other than a string (``1``, ``true``,
+    ``null``, a date). Merge keys count as strings: ``<<`` is YAML's own.
 
     PyYAML keeps the last of two equal keys without a word; a manifest with
     both is ambiguous, so it is an error here as it is for kubectl.
     """
+    odd_keys: list[yaml.ScalarNode] = []
     seen: set[int] = set()
     aliases = 0
     stack: list[tuple[yaml.Node, int]] = [(root, 0)]
@@ -260,6 +246,8 @@ def _check_tree(root: yaml.Node) -> None:
                         f"a mapping key must be a string, found a {found}",
                         key.start_mark.line + 1,
                     )
+                if key.tag != STR_TAG and key.tag != MERGE_TAG:
+                    odd_keys.append(key)
                 if key.tag != MERGE_TAG:
                     if key.value in keys:
                         raise YamlError(
@@ -276,6 +264,7 @@ def _check_tree(root: yaml.Node) -> None:
         # Without aliases the walk above saw the whole expanded tree already; the
         # bottom-up count is only needed (and only paid for) when a node repeats.
         _expanded_size(root)
+    return odd_keys
 
 
 def _expanded_size(root: yaml.Node) -> None:
