@@ -63,7 +63,7 @@ def file_namespaces(text: str, namespaced: tuple[str, ...]) -> frozenset[str] | 
             namespace = _document_namespace(chunk, namespaced)
             if namespace is not None:
                 found.add(namespace)
-    except (_Unknown, yaml.YAMLError):
+    except (_Unknown, yaml.YAMLError, StopIteration):  # StopIteration: a stream cut short
         return None
     return frozenset(found)
 
