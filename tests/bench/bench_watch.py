@@ -24,6 +24,12 @@ bound and ready 1 s later; it must stay Ready minReadySeconds; the old pod,
 unrouted and deleted, is gone 2 s later, which frees the surge slot of the next
 batch. Scheduling and every API call count as no time.
 
+``run`` says where the measured run's time went: loading and validating the
+repository (before the clock starts, as for the ideal), the first pass (its
+LISTs of the whole fleet and its plans: the changed service's first step comes
+before them, see ``incremental.first_steps``), how many passes followed and how
+many components they planned in all.
+
 ``api_bytes_per_rollout_ratio`` is every byte the rollout's run read from the
 API server (its ``Rest.meter``: LIST pages, watch streams, answers to GETs and
 writes) divided by one initial LIST of each observed kind plus the watch events:
