@@ -67,6 +67,14 @@ def bench(workdir: Path, services: int, shards: int, runs: int = 3) -> dict:
         "shard_pass_seconds": [round(medians[i], 4) for i in range(shards)],
         "shard_vs_share_ratio": round(slowest / (whole_s / shards), 3),
         "target": TARGET,
+        # What the hash alone costs: the biggest shard's components over an even share.
+        # Were a shard's pass exactly its share of the whole, the ratio would be this.
+        "imbalance_floor": round(max(components.values()) / (whole["components"] / shards),
+                                 3),
+        # Each shard's seconds per component over the whole pass's.
+        "cost_per_component_ratio": [
+            round((medians[i] / components[i]) / (whole_s / whole["components"]), 3)
+            for i in range(shards) if components[i]],
     }
 
 
