@@ -99,17 +99,14 @@ class IncrementalPasses:
 
     @staticmethod
     def start(cluster: Cluster, items: list[ServiceComponent],
-              prune: Pruning | None = None,
-              budget_seconds: float | None = None) -> IncrementalPasses | None:
+              prune: Pruning | None = None) -> IncrementalPasses | None:
         """Watch every kind a pass observes; None (nothing watched) when the cluster
         does not watch, and the run makes whole passes as before. Between the
         InferenceReplicas' LIST and the others, the changed components take their
-        first steps (``first_steps``), in at most half the run's ``budget_seconds``."""
+        first step (``first_steps``)."""
         if not cluster.watch(INFERENCE_REPLICA, MANAGED, owner_key):
             return None
-        limit = FIRST_STEPS_SECONDS if budget_seconds is None \
-            else min(FIRST_STEPS_SECONDS, budget_seconds / 2)
-        first_steps(cluster, items, prune, limit_seconds=limit)
+        first_steps(cluster, items, prune)
         for kind in observed_kinds(cluster):
             if not cluster.watch(kind, MANAGED, owner_key):
                 return None
@@ -189,8 +186,7 @@ def changed_components(items: list[ServiceComponent],
 
 def first_steps(cluster: Cluster, items: list[ServiceComponent],
                 prune: Pruning | None = None, clock=time.monotonic,
-                sleep=time.sleep,
-                limit_seconds: float = FIRST_STEPS_SECONDS) -> list[PassResult]:
+                sleep=time.sleep) -> list[PassResult]:
     """Passes over the changed components alone (``changed_components``, at most
     ``FIRST_STEPS_MAX``), from LISTs of their own objects in their namespace and by
     their labels, before the fleet is listed; none when there are none, or too many.
@@ -198,7 +194,8 @@ def first_steps(cluster: Cluster, items: list[ServiceComponent],
     They go on, every ``FIRST_STEPS_POLL_SECONDS``, while the changed components
     have a step to take soon: until they are idle, or wait for a moment at least
     ``FIRST_STEPS_WAIT_SECONDS`` away (a minReadySeconds window, a backoff), which is
-    when the fleet's LISTs cost them nothing; never longer than ``limit_seconds``. Nothing is lost if a pass fails or refuses: the whole
+    when the fleet's LISTs cost them nothing; never longer than
+    ``FIRST_STEPS_SECONDS``. Nothing is lost if a pass fails or refuses: the whole
     pass that follows plans every component, these ones included, and reports what
     it finds. ``prune`` is the run's, so that the permissions asked before the first
     write are the whole run's.
@@ -221,7 +218,7 @@ def first_steps(cluster: Cluster, items: list[ServiceComponent],
                      err)
             break
         results.append(result)
-        if not _step_soon(cluster, result) or clock() - started >= limit_seconds:
+        if not _step_soon(cluster, result) or clock() - started >= FIRST_STEPS_SECONDS:
             break
         sleep(FIRST_STEPS_POLL_SECONDS)
     log.info("first steps: %d changed component(s) in %d pass(es) before the fleet is "

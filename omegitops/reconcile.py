@@ -554,7 +554,7 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
     planned wake-up and ``poll_seconds`` from now, and once more at the budget's end.
     """
     stop_at = cluster.now() + timedelta(seconds=max_seconds)
-    passes = _watching(cluster, items, prune, max_seconds)
+    passes = _watching(cluster, items, prune)
     try:
         return _passes_until_idle(cluster, items, prune, stop_at, passes, on_pass)
     finally:
@@ -592,14 +592,13 @@ def _passes_until_idle(cluster: Cluster, items: list[ServiceComponent], prune: P
     return PASS_LIMIT
 
 
-def _watching(cluster: Cluster, items: list[ServiceComponent], prune: Pruning | None,
-              max_seconds: float | None = None):
+def _watching(cluster: Cluster, items: list[ServiceComponent], prune: Pruning | None):
     """The run's incremental passes when the cluster watches (``omegitops.incremental``),
     else None: every pass lists and plans everything."""
     from omegitops.incremental import IncrementalPasses
 
     try:
-        return IncrementalPasses.start(cluster, items, prune, max_seconds)
+        return IncrementalPasses.start(cluster, items, prune)
     except ClusterError as err:
         # The first LISTs failed: the passes list as before, and report it.
         log.warning("not watching: %s; listing on every pass", err)

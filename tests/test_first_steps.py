@@ -98,17 +98,3 @@ def test_a_change_to_many_components_waits_for_the_whole_pass(tmp_path):
     cluster.lists.clear()
     assert _steps(cluster, resolved_components(load(repo))) == []
     assert cluster.lists == [("InferenceReplica", None)]
-
-
-def test_first_steps_end_at_their_limit_however_busy(tmp_path):
-    # Pods that never become ready (no room): always a step soon, so only the limit
-    # ends the steps, and the fleet is listed then.
-    repo, cluster = _fleet(tmp_path, 2)
-    _change(repo, 0)
-    cluster.inject_fault("unschedulable")
-    items = resolved_components(load(repo))
-    started = cluster.now()
-    results = first_steps(cluster, items, clock=lambda: cluster.now().timestamp(),
-                          sleep=cluster.advance, limit_seconds=5)
-    assert len(results) >= 5 and results[-1].busy
-    assert (cluster.now() - started).total_seconds() < 7
