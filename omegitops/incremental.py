@@ -26,12 +26,10 @@ inside a big fleet its first LISTs take seconds (16 s for 8,000 pods on a busy
 API server) before a merged change could take its first step. So the run lists
 the InferenceReplicas first, and the few components whose manifests now render
 another revision than their InferenceReplica records (or that have none yet)
-take their first steps from lists of their own objects alone, looking again
-every half second, until they wait for a moment far enough away (a
-minReadySeconds window) for the fleet to be listed meanwhile. A component's
-plan reads only its own objects, so each of these plans is the one a whole
-pass would make; the whole pass that follows plans them again, from the
-fleet's lists, as a next pass would.
+take their first step from lists of their own objects alone, before the fleet
+is listed. A component's plan reads only its own objects, so this plan is the
+one the whole pass would make; the whole pass right after plans them again,
+from the fleet's lists, as a next pass would.
 """
 
 from __future__ import annotations
@@ -70,15 +68,9 @@ RESYNC_SECONDS = 300.0
 # After the first change, how long to gather the ones right behind it (a pod
 # bound, then Pending, then Running) into one pass.
 GATHER_SECONDS = 0.05
-# At most this many changed components take their first steps before the fleet is
-# listed (three small LISTs each per pass); a bigger change waits for the whole pass.
+# At most this many changed components take their first step before the fleet is
+# listed (three small LISTs each); a bigger change waits for the whole pass.
 FIRST_STEPS_MAX = 8
-# They look again this often while they have a step to take soon, for at most
-# FIRST_STEPS_SECONDS; a wait of FIRST_STEPS_WAIT_SECONDS or more is time enough to
-# list the fleet (16 s for 8,000 pods on a busy API server).
-FIRST_STEPS_POLL_SECONDS = 0.5
-FIRST_STEPS_SECONDS = 60.0
-FIRST_STEPS_WAIT_SECONDS = 10.0
 
 
 class IncrementalPasses:
@@ -185,81 +177,37 @@ def changed_components(items: list[ServiceComponent],
 
 
 def first_steps(cluster: Cluster, items: list[ServiceComponent],
-                prune: Pruning | None = None, clock=time.monotonic,
-                sleep=time.sleep) -> list[PassResult]:
-    """Passes over the changed components alone (``changed_components``, at most
-    ``FIRST_STEPS_MAX``), from LISTs of their own objects in their namespace and by
-    their labels, before the fleet is listed; none when there are none, or too many.
+                prune: Pruning | None = None) -> PassResult | None:
+    """Plan and apply the changed components (``changed_components``, at most
+    ``FIRST_STEPS_MAX``) from LISTs of their own objects, in their namespace and by
+    their labels, before the fleet is listed; None when there are none, or too many.
 
-    They go on, every ``FIRST_STEPS_POLL_SECONDS``, while the changed components
-    have a step to take soon: until they are idle, or wait for a moment at least
-    ``FIRST_STEPS_WAIT_SECONDS`` away (a minReadySeconds window, a backoff), which is
-    when the fleet's LISTs cost them nothing; never longer than
-    ``FIRST_STEPS_SECONDS``. Nothing is lost if a pass fails or refuses: the whole
-    pass that follows plans every component, these ones included, and reports what
-    it finds. ``prune`` is the run's, so that the permissions asked before the first
-    write are the whole run's.
+    Nothing is lost if this fails or refuses: the whole pass that follows plans every
+    component, these ones included, and reports what it finds. ``prune`` is the run's,
+    so that the permissions asked before the first write are the whole run's.
     """
     try:
         replicas = {(r["metadata"].get("namespace", ""), r["metadata"]["name"]): r
                     for r in cluster.list_objects(INFERENCE_REPLICA, MANAGED)}
+        changed = changed_components(items, replicas)
+        if not changed or len(changed) > FIRST_STEPS_MAX:
+            return None
+        kinds = observed_kinds(cluster)
+        seen = Observation(podgroups={} if POD_GROUP in kinds else None)
+        for item in changed:
+            namespace, isvc, component = component_key(item)
+            labels = {**MANAGED, LABEL_ISVC: isvc, LABEL_COMPONENT: component}
+            for kind in kinds:
+                if kind != INFERENCE_REPLICA:
+                    file_objects(seen, kind, cluster.list_objects(kind, labels,
+                                                                  namespace=namespace))
+            replica = replicas.get((namespace, replica_name(isvc, component)))
+            if replica is not None:
+                file_objects(seen, INFERENCE_REPLICA, [replica])
+        result = run_pass(cluster, items, prune, seen, {component_key(i) for i in changed})
     except ClusterError as err:
         log.info("first steps before the fleet is listed: %s; the whole pass follows", err)
-        return []
-    changed = changed_components(items, replicas)
-    if not changed or len(changed) > FIRST_STEPS_MAX:
-        return []
-    started, results = clock(), []
-    while True:
-        try:
-            result = _changed_pass(cluster, items, prune, changed)
-        except ClusterError as err:
-            log.info("first steps before the fleet is listed: %s; the whole pass follows",
-                     err)
-            break
-        results.append(result)
-        if not _step_soon(cluster, result) or clock() - started >= FIRST_STEPS_SECONDS:
-            break
-        sleep(FIRST_STEPS_POLL_SECONDS)
-    log.info("first steps: %d changed component(s) in %d pass(es) before the fleet is "
-             "listed, %d write(s)", len(changed), len(results),
-             sum(r.applied for r in results))
-    return results
-
-
-def _changed_pass(cluster: Cluster, items: list[ServiceComponent], prune: Pruning | None,
-                  changed: list[ServiceComponent]) -> PassResult:
-    """One pass of the ``changed`` components, observed from their own objects."""
-    kinds = observed_kinds(cluster)
-    seen = Observation(podgroups={} if POD_GROUP in kinds else None)
-    for item in changed:
-        namespace, isvc, component = component_key(item)
-        labels = {**MANAGED, LABEL_ISVC: isvc, LABEL_COMPONENT: component}
-        for kind in kinds:
-            # The InferenceReplicas are watched already: the store answers.
-            if kind != INFERENCE_REPLICA:
-                file_objects(seen, kind, cluster.list_objects(kind, labels,
-                                                              namespace=namespace))
-        replica = _replica_of(cluster, namespace, isvc, component)
-        if replica is not None:
-            file_objects(seen, INFERENCE_REPLICA, [replica])
-    return run_pass(cluster, items, prune, seen, {component_key(i) for i in changed})
-
-
-def _replica_of(cluster: Cluster, namespace: str, isvc: str, component: str) -> dict | None:
-    """The component's InferenceReplica: from the watch's store (its LIST started it),
-    else one GET."""
-    try:
-        found = cluster.list_keyed(INFERENCE_REPLICA, MANAGED, [(namespace, isvc, component)])
-    except NotImplementedError:
-        return cluster.get_object(INFERENCE_REPLICA, namespace, replica_name(isvc, component))
-    return found[0] if found else None
-
-
-def _step_soon(cluster: Cluster, result: PassResult) -> bool:
-    """Whether the changed components have a step to take before the fleet could be
-    listed: in flight, and not waiting for a moment far enough away."""
-    if not result.busy or result.forbidden or result.errors or result.failed:
-        return False
-    wake = result.wake_at
-    return wake is None or (wake - cluster.now()).total_seconds() < FIRST_STEPS_WAIT_SECONDS
+        return None
+    log.info("first steps: %d changed component(s) planned before the fleet is listed, "
+             "%d write(s)", len(changed), result.applied)
+    return result

@@ -1,12 +1,11 @@
 """A run's first steps: the components a merge changed move before the fleet is listed.
 
-``incremental.first_steps`` makes passes of the components whose manifests render
-another revision than their InferenceReplica records, from LISTs of their own
-objects (in their namespace, by their labels), until they wait for a moment far
-enough away; the whole pass that follows plans everything. Here on the simulated
-cluster, whose lists the tests count and whose clock the polls advance; the
-control-plane test (tests/controlplane/test_watches.py) checks the order of the
-requests on the real API server.
+``incremental.first_steps`` plans the components whose manifests render another
+revision than their InferenceReplica records from LISTs of their own objects (in
+their namespace, by their labels), and applies those plans; the whole pass that
+follows plans everything. Here on the simulated cluster, whose lists the step
+counts; the control-plane test (tests/controlplane/test_watches.py) checks the
+order of the requests on the real API server.
 """
 
 from __future__ import annotations
@@ -14,12 +13,7 @@ from __future__ import annotations
 import yaml
 
 from omegitops.cluster.sim import SimCluster
-from omegitops.incremental import (
-    FIRST_STEPS_MAX,
-    FIRST_STEPS_WAIT_SECONDS,
-    changed_components,
-    first_steps,
-)
+from omegitops.incremental import FIRST_STEPS_MAX, changed_components, first_steps
 from omegitops.manifests.load import load, resolved_components
 from omegitops.reconcile import IDLE, component_key, run_pass, run_until_idle
 from tests.fleet import write_service
@@ -35,11 +29,10 @@ class CountingSim(SimCluster):
         return super().list_objects(kind, labels, namespace=namespace)
 
 
-def _fleet(tmp_path, services: int, lifecycle: dict | None = None):
+def _fleet(tmp_path, services: int):
     repo = tmp_path / "repo"
     for number in range(services):
-        write_service(repo, replicas=2, name=f"svc-{number}", namespace=f"team-{number}",
-                      lifecycle=lifecycle)
+        write_service(repo, replicas=2, name=f"svc-{number}", namespace=f"team-{number}")
     SimCluster.init(tmp_path / "cluster.json")
     cluster = CountingSim(tmp_path / "cluster.json")
     cluster.__enter__()
@@ -55,28 +48,17 @@ def _change(repo, number: int) -> None:
     path.write_text(yaml.safe_dump(data))
 
 
-def _steps(cluster, items):
-    """first_steps on the simulated clock: each poll lets the cluster move."""
-    return first_steps(cluster, items, clock=lambda: cluster.now().timestamp(),
-                       sleep=cluster.advance)
-
-
 def test_only_the_changed_component_moves_from_its_own_lists(tmp_path):
-    repo, cluster = _fleet(tmp_path, 3, {"minReadySeconds": 30})
+    repo, cluster = _fleet(tmp_path, 3)
     items = resolved_components(load(repo))
-    assert _steps(cluster, items) == []  # nothing changed: straight to the whole pass
+    assert first_steps(cluster, items) is None  # nothing changed: straight to the pass
     _change(repo, 1)
     items = resolved_components(load(repo))
     cluster.lists.clear()
-    results = _steps(cluster, items)
-    assert len(results) > 1 and sum(r.applied for r in results) > 0
-    assert all([component_key(item) for item, _ in r.plans] == [("team-1", "svc-1", "engine")]
-               and not r.errors for r in results)
-    # They went on until the new pods were put in rotation and their minReadySeconds
-    # window began: a wait long enough to list the fleet.
-    last = results[-1]
-    assert last.busy and (last.wake_at - cluster.now()).total_seconds() >= \
-        FIRST_STEPS_WAIT_SECONDS
+    result = first_steps(cluster, items)
+    assert [component_key(item) for item, _ in result.plans] == [("team-1", "svc-1",
+                                                                  "engine")]
+    assert result.applied > 0 and not result.errors
     # The InferenceReplicas across the fleet, then the changed one's own objects only.
     assert cluster.lists[0] == ("InferenceReplica", None)
     assert set(cluster.lists[1:]) == {("Pod", "team-1"), ("ControllerRevision", "team-1"),
@@ -96,5 +78,5 @@ def test_a_change_to_many_components_waits_for_the_whole_pass(tmp_path):
     for number in range(FIRST_STEPS_MAX + 1):
         _change(repo, number)
     cluster.lists.clear()
-    assert _steps(cluster, resolved_components(load(repo))) == []
+    assert first_steps(cluster, resolved_components(load(repo))) is None
     assert cluster.lists == [("InferenceReplica", None)]
