@@ -20,29 +20,16 @@ does the same once the cluster keeps its lists current from watches
 Between passes the run waits for the next change instead of a fixed poll
 (``Cluster.wait_for_change``): a transition of the cluster is acted on as it
 happens, not at the next poll.
-
-A controller starts with its caches warm; a run of a CronJob starts cold, and
-inside a big fleet its first LISTs take seconds (16 s for 8,000 pods on a busy
-API server) before a merged change could take its first step. So the run lists
-the InferenceReplicas first, and the few components whose manifests now render
-another revision than their InferenceReplica records (or that have none yet)
-take their first step from lists of their own objects alone, before the fleet
-is listed. A component's plan reads only its own objects, so this plan is the
-one the whole pass would make; the whole pass right after plans them again,
-from the fleet's lists, as a next pass would.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from datetime import datetime
 
-from omegitops.cluster.base import INFERENCE_REPLICA, POD_GROUP, Cluster
+from omegitops.cluster.base import Cluster
 from omegitops.errors import ClusterError
 from omegitops.lifecycle.planner import Plan
-from omegitops.lifecycle.replica import replica_name
-from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, revision_name
 from omegitops.manifests.load import ServiceComponent
 from omegitops.reconcile import (
     MANAGED,
@@ -50,7 +37,6 @@ from omegitops.reconcile import (
     PassResult,
     Pruning,
     component_key,
-    file_objects,
     observe,
     observe_keys,
     observed_kinds,
@@ -60,17 +46,12 @@ from omegitops.reconcile import (
     unobserved,
 )
 
-log = logging.getLogger(__name__)
-
 Key = tuple[str, str, str]
 # A whole pass this often, however quiet the watches are (an informer's resync).
 RESYNC_SECONDS = 300.0
 # After the first change, how long to gather the ones right behind it (a pod
 # bound, then Pending, then Running) into one pass.
 GATHER_SECONDS = 0.05
-# At most this many changed components take their first step before the fleet is
-# listed (three small LISTs each); a bigger change waits for the whole pass.
-FIRST_STEPS_MAX = 8
 
 
 class IncrementalPasses:
@@ -93,12 +74,7 @@ class IncrementalPasses:
     def start(cluster: Cluster, items: list[ServiceComponent],
               prune: Pruning | None = None) -> IncrementalPasses | None:
         """Watch every kind a pass observes; None (nothing watched) when the cluster
-        does not watch, and the run makes whole passes as before. Between the
-        InferenceReplicas' LIST and the others, the changed components take their
-        first step (``first_steps``)."""
-        if not cluster.watch(INFERENCE_REPLICA, MANAGED, owner_key):
-            return None
-        first_steps(cluster, items, prune)
+        does not watch, and the run makes whole passes as before."""
         for kind in observed_kinds(cluster):
             if not cluster.watch(kind, MANAGED, owner_key):
                 return None
@@ -156,58 +132,3 @@ class IncrementalPasses:
             self._last[key] = (item, plan)
             self._planned_at[key] = now
         self._failed = set(result.failed)
-
-
-def changed_components(items: list[ServiceComponent],
-                       replicas: dict[tuple[str, str], dict]) -> list[ServiceComponent]:
-    """The managed components whose InferenceReplica (by (namespace, name) in
-    ``replicas``) is missing or records another revision than their manifests render
-    now: what a merge starts. A pinned runtime's service is rendered from its stored
-    revision, which only its own objects tell, so it is left to the whole pass. Pure."""
-    changed = []
-    for item in items:
-        if not item.lifecycle.managed or item.templates is None or item.pinned:
-            continue
-        namespace, isvc, component = component_key(item)
-        replica = replicas.get((namespace, replica_name(isvc, component)))
-        recorded = ((replica or {}).get("spec") or {}).get("revision")
-        if recorded != revision_name(isvc, component, item.templates):
-            changed.append(item)
-    return changed
-
-
-def first_steps(cluster: Cluster, items: list[ServiceComponent],
-                prune: Pruning | None = None) -> PassResult | None:
-    """Plan and apply the changed components (``changed_components``, at most
-    ``FIRST_STEPS_MAX``) from LISTs of their own objects, in their namespace and by
-    their labels, before the fleet is listed; None when there are none, or too many.
-
-    Nothing is lost if this fails or refuses: the whole pass that follows plans every
-    component, these ones included, and reports what it finds. ``prune`` is the run's,
-    so that the permissions asked before the first write are the whole run's.
-    """
-    try:
-        replicas = {(r["metadata"].get("namespace", ""), r["metadata"]["name"]): r
-                    for r in cluster.list_objects(INFERENCE_REPLICA, MANAGED)}
-        changed = changed_components(items, replicas)
-        if not changed or len(changed) > FIRST_STEPS_MAX:
-            return None
-        kinds = observed_kinds(cluster)
-        seen = Observation(podgroups={} if POD_GROUP in kinds else None)
-        for item in changed:
-            namespace, isvc, component = component_key(item)
-            labels = {**MANAGED, LABEL_ISVC: isvc, LABEL_COMPONENT: component}
-            for kind in kinds:
-                if kind != INFERENCE_REPLICA:
-                    file_objects(seen, kind, cluster.list_objects(kind, labels,
-                                                                  namespace=namespace))
-            replica = replicas.get((namespace, replica_name(isvc, component)))
-            if replica is not None:
-                file_objects(seen, INFERENCE_REPLICA, [replica])
-        result = run_pass(cluster, items, prune, seen, {component_key(i) for i in changed})
-    except ClusterError as err:
-        log.info("first steps before the fleet is listed: %s; the whole pass follows", err)
-        return None
-    log.info("first steps: %d changed component(s) planned before the fleet is listed, "
-             "%d write(s)", len(changed), result.applied)
-    return result

@@ -104,7 +104,7 @@ def observe(cluster: Cluster) -> Observation:
     if POD_GROUP in kinds:
         seen.podgroups = {}
     for kind in kinds:
-        file_objects(seen, kind, cluster.list_objects(kind, MANAGED))
+        _file(seen, kind, cluster.list_objects(kind, MANAGED))
     return seen
 
 
@@ -121,10 +121,10 @@ def observe_keys(cluster: Cluster, seen: Observation, keys: set[tuple[str, str, 
         # Where Observation.component looks the replica up, and the planner names it.
         seen.replicas.pop((namespace, replica_name(isvc, component)), None)
     for kind in observed_kinds(cluster):
-        file_objects(seen, kind, cluster.list_keyed(kind, MANAGED, keys))
+        _file(seen, kind, cluster.list_keyed(kind, MANAGED, keys))
 
 
-def file_objects(seen: Observation, kind: str, objects: list[dict]) -> None:
+def _file(seen: Observation, kind: str, objects: list[dict]) -> None:
     """Put listed objects of one kind where ``Observation.component`` looks for them."""
     if kind == POD:
         for pod in objects:

@@ -194,10 +194,8 @@ class Cluster(abc.ABC):
     # -- other kinds ----------------------------------------------------------
 
     @abc.abstractmethod
-    def list_objects(self, kind: str, labels: dict[str, str] | None = None, *,
-                     namespace: str | None = None) -> list[dict]:
-        """Every object of a kind in all namespaces (or in ``namespace``), optionally
-        filtered by labels."""
+    def list_objects(self, kind: str, labels: dict[str, str] | None = None) -> list[dict]:
+        """Every object of a kind in all namespaces, optionally filtered by labels."""
 
     @abc.abstractmethod
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:

@@ -135,7 +135,7 @@ def test_until_idle_lists_each_kind_once_and_plans_what_changed(control_plane, n
     watches: dict[str, int] = {}
     for verb, url, query in requests:
         plural = url.rstrip("/").split("/")[-1]
-        if verb == "list" and "/namespaces/" not in url:
+        if verb == "list":
             lists[plural] = lists.get(plural, 0) + 1
         elif verb == "watch":
             watches[plural] = watches.get(plural, 0) + 1
@@ -143,16 +143,6 @@ def test_until_idle_lists_each_kind_once_and_plans_what_changed(control_plane, n
         plural = RESOURCES[kind].plural
         assert lists.get(plural) == 1, (plural, lists)
         assert watches.get(plural, 0) >= 1, (plural, watches)
-    # The changed service took its first step before the fleet's pods were listed, from
-    # LISTs of its own objects in its namespace (incremental.first_steps).
-    fleet_pods = next(i for i, (verb, url, _) in enumerate(requests)
-                      if verb == "list" and url == "/api/v1/pods")
-    own = [(url, query.get("labelSelector", "")) for verb, url, query in requests[:fleet_pods]
-           if verb == "list" and "/namespaces/" in url]
-    selector = f"app.kubernetes.io/managed-by=omegitops,ome.io/component=engine,{LABEL_ISVC}=watched"
-    assert (f"/api/v1/namespaces/{namespace}/pods", selector) in own, own
-    assert any(verb in ("create", "update", "patch", "delete")
-               for verb, _, _ in requests[:fleet_pods]), requests[:fleet_pods]
     passes = re.findall(r"pass (\d+) at .*?(\d+) of (\d+) components busy(, (\d+) planned)?",
                         log)
     assert len(passes) >= 8, log[-2000:]

@@ -282,11 +282,9 @@ class SimCluster(Cluster):
 
     # -- other kinds --------------------------------------------------------------
 
-    def list_objects(self, kind: str, labels: dict[str, str] | None = None, *,
-                     namespace: str | None = None) -> list[dict]:
+    def list_objects(self, kind: str, labels: dict[str, str] | None = None) -> list[dict]:
         return clone_all([o for o in self._kind(kind).values()
-                          if _labels_match(o, labels) and self.in_scope(o)
-                          and (namespace is None or o["metadata"].get("namespace") == namespace)])
+                          if _labels_match(o, labels) and self.in_scope(o)])
 
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:
         obj = self._kind(kind).get(self._key(kind, namespace, name))
