@@ -26,9 +26,8 @@ batch. Scheduling and every API call count as no time.
 
 ``run`` says where the measured run's time went: loading and validating the
 repository (before the clock starts, as for the ideal), the first pass (its
-LISTs of the whole fleet and its plans: the changed service's first step comes
-before them, see ``incremental.first_steps``), how many passes followed and how
-many components they planned in all.
+LISTs of the whole fleet and its plans, all before the rollout's first step),
+how many passes followed and how many components they planned in all.
 
 ``api_bytes_per_rollout_ratio`` is every byte the rollout's run read from the
 API server (its ``Rest.meter``: LIST pages, watch streams, answers to GETs and
