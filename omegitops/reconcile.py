@@ -128,8 +128,8 @@ def _file(seen: Observation, kind: str, objects: list[dict]) -> None:
     """Put listed objects of one kind where ``Observation.component`` looks for them."""
     if kind == POD:
         for pod in objects:
-            # Both backends plan on the same view of a pod (the kube backend trims
-            # as it reads, to bound a pass's memory).
+            # What a pass keeps of a pod: only what it reads (trim_pod), on both
+            # backends, so that the fleet's pods held for the pass are half the size.
             seen.pods.setdefault(owner_key(pod), []).append(trim_pod(pod))
     elif kind == INFERENCE_REPLICA:
         for replica in objects:

@@ -39,14 +39,15 @@ _KEPT_CONTAINER = ("name", "image")
 
 
 def trim_pod(pod: dict) -> dict:
-    """``pod`` with only the spec fields omegitops reads, in place; returns it.
+    """A shallow copy of ``pod`` with only the spec fields omegitops reads (``pod``
+    itself is left as it is: a watch's store may hold it).
 
     The rest of a pod's spec (env, volumes, probes, resources, affinity) is most of
-    its size, and a pass holds every managed pod, so it is dropped as it is read,
-    as client-go informers trim what their controllers never look at. Pods are
-    always built from their templates and changed by patch, never written back from
-    a read, so nothing is lost. Trimming twice changes nothing.
-    """
+    its size, and a pass holds every managed pod, so its observation drops it, as
+    client-go informers trim what their controllers never look at. The planner
+    builds pods from their templates and changes them by patch, never from an
+    observed pod, so nothing it needs is lost. Reads outside a pass's observation
+    (``list_pods``, ``get_object``) stay whole. Trimming twice changes nothing."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return pod
@@ -55,8 +56,7 @@ def trim_pod(pod: dict) -> dict:
         if isinstance(spec.get(key), list):
             kept[key] = [{k: c[k] for k in _KEPT_CONTAINER if k in c}
                          if isinstance(c, dict) else c for c in spec[key]]
-    pod["spec"] = kept
-    return pod
+    return {**pod, "spec": kept}
 
 
 class Cluster(abc.ABC):

@@ -56,15 +56,12 @@ class Resource:
         ``metadata.managedFields`` goes: server-side apply's bookkeeping, which
         omegitops never reads and which is a large part of each object a real API
         server sends (client-go informers drop it the same way, with a transform).
-        A PUT without it leaves the server's as they are. A pod keeps only what
-        omegitops reads of its spec (``base.trim_pod``).
+        A PUT without it leaves the server's as they are.
         """
         self.with_type(obj)
         meta = obj.get("metadata")
         if isinstance(meta, dict):
             meta.pop("managedFields", None)
-        if self.kind == base.POD:
-            base.trim_pod(obj)  # most of a pod, and never read: see trim_pod
         return obj
 
     def with_type(self, obj: dict) -> dict:
