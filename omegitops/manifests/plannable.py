@@ -214,15 +214,18 @@ def _label_errors(service: Manifest, lifecycle: ComponentLifecycle,
 
 
 def _where(component: str, runner: str, runtime: Manifest | None) -> str:
-    part = "runner" if runner == "default" else f"{runner}.runner (or runner)"
-    here = f"in spec.{component}.{part}"
-    if runtime is None:
-        return here
-    return f"{here}, or in {runtime.id} at spec.{RUNTIME_CONFIG[component]}.{part}"
+    """Where a runner's container is set: the service's component, or its runtime's."""
+    part = ".runner" if runner == "default" else f".{runner}.runner (or runner)"
+    return _in_service_or_runtime(component, part, runtime)
 
 
 def _volumes_where(component: str, runner: str, runtime: Manifest | None) -> str:
-    part = "" if runner == "default" else f".{runner}"
+    """Where a runner's pod volumes are set: the service's component, or its runtime's."""
+    return _in_service_or_runtime(component, "" if runner == "default" else f".{runner}",
+                                  runtime)
+
+
+def _in_service_or_runtime(component: str, part: str, runtime: Manifest | None) -> str:
     here = f"in spec.{component}{part}"
     if runtime is None:
         return here
