@@ -391,10 +391,17 @@ def write_report(report_dir: str | os.PathLike, loaded: Loaded, cluster: Any,
     """List what the report needs, build, validate and write it; returns the report.
     A cluster scoped to a shard's namespaces gives the shard's report."""
     replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
-    events = cluster.list_objects(EVENT, MANAGED)
+    events = report_events(cluster)
     report = build_report(loaded, replicas, events, cluster.now(), repository, revision,
                           owns=getattr(cluster, "namespace_scope", None))
     return write_built_report(report_dir, report)
+
+
+def report_events(cluster: Any) -> list[dict]:
+    """The events a report reads: Warnings only (what a service shows, and what makes a
+    component Degraded), chosen by the API server. A rollout leaves two Normal events
+    per Instance, so a fleet at rest has thousands that no report shows."""
+    return cluster.list_objects(EVENT, MANAGED, fields={"type": WARNING})
 
 
 def write_built_report(report_dir: str | os.PathLike, report: dict) -> dict:

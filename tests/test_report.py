@@ -17,7 +17,13 @@ from omegitops.lifecycle.replica import COLUMNAR, decode_rows
 from omegitops.manifests.load import load
 from omegitops.manifests.schemas import validator
 from omegitops.reconcile import MANAGED
-from omegitops.report import build_report, render_markdown, validate_report, write_report
+from omegitops.report import (
+    build_report,
+    render_markdown,
+    report_events,
+    validate_report,
+    write_report,
+)
 from tests.conftest import EXAMPLES, RUNTIME, SERVICE, write_repo
 
 # The llama-pd router may stay Pending in the simulator (no CPU node); no test
@@ -191,6 +197,24 @@ def test_last_five_warnings_per_service(cli, tmp_path):
     report = build_report(load(EXAMPLES), replicas, events + extra, now)
     service = next(s for s in report["services"] if s["name"] == "qwen3-0-6b")
     assert [e["message"][-3:] for e in service["events"]] == [f"n={i}" for i in range(2, 7)]
+
+
+def test_the_report_reads_warnings_only_and_says_the_same(cli, tmp_path):
+    cluster_path, _ = reconcile(cli, tmp_path, "--until-idle")
+    message = "OMENative component=engine instance=0 failed: ImagePullBackOff"
+    with SimCluster(cluster_path) as sim:
+        now = sim.now()
+        sim.record_event(warning("qwen3-0-6b", "qwen3-0-6b", message, format_time(
+            (now - timedelta(minutes=1)).timestamp())))
+        replicas, every, now = (sim.list_objects(INFERENCE_REPLICA, MANAGED),
+                                sim.list_objects(EVENT, MANAGED), sim.now())
+        read = report_events(sim)
+    # A bring-up leaves Normal events (InstanceCreating, InstanceReady) the report skips.
+    assert {e["type"] for e in every} == {"Normal", "Warning"}
+    assert [e["message"] for e in read] == [message]
+    loaded = load(EXAMPLES)
+    assert build_report(loaded, replicas, read, now) == build_report(loaded, replicas, every,
+                                                                     now)
 
 
 @pytest.fixture

@@ -38,6 +38,20 @@ _KEPT_POD_SPEC = ("nodeName", "schedulingGates", "terminationGracePeriodSeconds"
 _KEPT_CONTAINER = ("name", "image")
 
 
+def field_value(obj: dict, path: str) -> str:
+    """The value a field selector compares at dotted ``path``: "" when absent, as the
+    API server reads a missing field."""
+    value: object = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def fields_match(obj: dict, fields: dict[str, str] | None) -> bool:
+    """Whether ``obj`` has every ``fields`` value (a field selector of equalities)."""
+    return not fields or all(field_value(obj, path) == value for path, value in fields.items())
+
+
 def trim_pod(pod: dict) -> dict:
     """A shallow copy of ``pod`` with only the spec fields omegitops reads (``pod``
     itself is left as it is: a watch's store may hold it).
@@ -194,8 +208,11 @@ class Cluster(abc.ABC):
     # -- other kinds ----------------------------------------------------------
 
     @abc.abstractmethod
-    def list_objects(self, kind: str, labels: dict[str, str] | None = None) -> list[dict]:
-        """Every object of a kind in all namespaces, optionally filtered by labels."""
+    def list_objects(self, kind: str, labels: dict[str, str] | None = None,
+                     fields: dict[str, str] | None = None) -> list[dict]:
+        """Every object of a kind in all namespaces, optionally filtered by labels and by
+        ``fields``: equality on dotted paths (``{"type": "Warning"}``), as the API
+        server's field selectors, and only on fields it can select by for that kind."""
 
     @abc.abstractmethod
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:

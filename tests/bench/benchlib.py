@@ -27,11 +27,11 @@ for extra in (HERE, REPO_ROOT / "tests" / "wire"):  # genfleet; the API double
 import genfleet
 
 from omegitops.cli import main as cli_main
-from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
+from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import load, resolved_components
 from omegitops.reconcile import MANAGED, run_pass
-from omegitops.report import build_report, render_markdown, validate_report
+from omegitops.report import build_report, render_markdown, report_events, validate_report
 
 MARKER = "converged.json"
 
@@ -125,7 +125,7 @@ def full_pass(root: Path, cluster, check_report: bool = False, owns=None) -> dic
     result = run_pass(cluster, items)
     lap("observe_plan_apply")
     replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
-    events = cluster.list_objects(EVENT, MANAGED)
+    events = report_events(cluster)
     report = build_report(loaded, replicas, events, cluster.now(), owns=owns)
     lap("report_build")
     if check_report:

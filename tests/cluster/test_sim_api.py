@@ -117,6 +117,28 @@ def test_list_pods_filters_by_labels_and_returns_copies(cluster):
     assert get(cluster, "a")["metadata"]["labels"]["app"] == "engine"
 
 
+def test_list_objects_selects_by_field_equality_as_the_api_server_does(cluster):
+    def event(name: str, kind: str, reason: str, involved: str = "svc") -> dict:
+        return {"metadata": {"namespace": NS, "name": name},
+                "involvedObject": {"kind": "InferenceService", "namespace": NS,
+                                   "name": involved},
+                "type": kind, "reason": reason, "message": name}
+
+    cluster.record_event(event("a", "Normal", "InstanceReady"))
+    cluster.record_event(event("b", "Warning", "InstanceFailed"))
+    cluster.record_event(event("c", "Warning", "DrainOverdue", involved="other"))
+
+    def messages(**fields) -> list[str]:
+        return sorted(e["message"] for e in cluster.list_objects("Event", fields=fields))
+
+    assert messages() == ["a", "b", "c"]
+    assert messages(type="Warning") == ["b", "c"]
+    assert messages(**{"type": "Warning", "involvedObject.name": "svc"}) == ["b"]
+    # A field the object lacks reads as "", as the API server reads it.
+    assert messages(**{"source.host": ""}) == ["a", "b", "c"]
+    assert messages(**{"source.host": "node-1"}) == []
+
+
 def test_a_resent_outbox_entry_is_not_counted_again(cluster):
     def sent(sequence: int, source: str = "uid-a") -> dict:
         return {"metadata": {"annotations": {SEQUENCE_ANNOTATION: f"{source}/{sequence}"}},

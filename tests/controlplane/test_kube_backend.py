@@ -40,6 +40,7 @@ from omegitops.cluster.sequences import SEQUENCE_ANNOTATION
 from omegitops.lifecycle.outbox import OUTBOX, SEQUENCE
 from omegitops.manifests.load import load, resolved_components
 from omegitops.reconcile import FORBIDDEN, MANAGED, run_until_idle
+from omegitops.report import report_events
 from tests.fleet import write_service
 
 _namespaces = itertools.count()
@@ -539,6 +540,19 @@ def test_events_can_be_selected_by_field(job, ns):
     assert [e["reason"] for e in found["items"]] == ["InstanceFailed"]
     with pytest.raises(Invalid, match="field label not supported"):
         job.rest.request("GET", path, what="events", query={"fieldSelector": "spec.nope=1"})
+
+
+def test_the_report_lists_only_warnings_chosen_by_the_api_server(job, ns, requests):
+    job.record_event(an_event(ns))
+    job.record_event(an_event(ns, reason="InstanceFailed", type="Warning",
+                              message="OMENative component=engine instance=1 failed"))
+    requests.reset()
+    found = [e for e in report_events(job) if e["metadata"]["namespace"] == ns]
+    assert [(e["type"], e["reason"]) for e in found] == [("Warning", "InstanceFailed")]
+    # One LIST whose field selector leaves the Normal events on the server.
+    assert requests() == [("list", "/api/v1/events", {
+        "labelSelector": label_selector(MANAGED), "fieldSelector": "type=Warning",
+        "limit": "500"})]
 
 
 def test_label_selector_forms(admin, ns):

@@ -41,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from omegitops.cluster.base import fields_match
 from omegitops.cluster.times import format_time
 
 
@@ -334,6 +335,7 @@ class ApiServerDouble:
 
     def _list(self, served: Served, namespace: str | None, query: dict) -> dict:
         wanted = _label_selector(query.get("labelSelector"))
+        fields = _label_selector(query.get("fieldSelector"))
         limit = int(query.get("limit") or 0)
         token = query.get("continue")
         after = tuple(json.loads(base64.urlsafe_b64decode(token))) if token else None
@@ -343,7 +345,7 @@ class ApiServerDouble:
                     after is not None and key <= after):
                 continue
             labels = obj["metadata"].get("labels") or {}
-            if all(labels.get(k) == v for k, v in wanted.items()):
+            if all(labels.get(k) == v for k, v in wanted.items()) and fields_match(obj, fields):
                 if limit and len(items) > limit:
                     break  # one past the page says there is more: copy no further
                 items.append(copy.deepcopy(obj))

@@ -285,40 +285,46 @@ class KubeCluster(Cluster):
 
     # -- other kinds --------------------------------------------------------------------
 
-    def list_objects(self, kind: str, labels: dict[str, str] | None = None) -> list[dict]:
+    def list_objects(self, kind: str, labels: dict[str, str] | None = None,
+                     fields: dict[str, str] | None = None) -> list[dict]:
         """One LIST of the kind across all namespaces, filtered by the API server, read
         in pages of ``PAGE_SIZE``.
 
         Pages keep each answer small enough for the read timeout (8,000 pods are 25 MB
         in one piece). A continue token the server no longer honours (410 Expired: the
         list took longer than etcd keeps its history) restarts the list once, from the
-        start, as the pages read so far may not fit with the rest.
+        start, as the pages read so far may not fit with the rest. ``fields`` goes to the
+        server as a field selector, so what it leaves out is never sent; a watched list
+        holds every object of its labels, so it answers only when there are none.
         """
-        watched = self.watches.get(kind, labels) if self.watches is not None else None
+        watched = self.watches.get(kind, labels) \
+            if self.watches is not None and not fields else None
         if watched is not None:
             return watched.items()
         resource = self._resource(kind)
         try:
             try:
-                return self._list_pages(resource, labels)
+                return self._list_pages(resource, labels, fields)
             except Expired as err:
                 log.info("%s list: %s; listing again from the start", kind, err)
-                return self._list_pages(resource, labels)
+                return self._list_pages(resource, labels, fields)
         except NotFound as err:
             raise NotFound(f"kind {kind} is not served by this cluster"
                            f"{_crd_hint(kind)}") from err
 
-    def _list_pages(self, resource: Resource, labels: dict[str, str] | None) -> list[dict]:
-        return self._list_versioned(resource, labels)[0]
+    def _list_pages(self, resource: Resource, labels: dict[str, str] | None,
+                    fields: dict[str, str] | None = None) -> list[dict]:
+        return self._list_versioned(resource, labels, fields)[0]
 
-    def _list_versioned(self, resource: Resource,
-                        labels: dict[str, str] | None) -> tuple[list[dict], str]:
+    def _list_versioned(self, resource: Resource, labels: dict[str, str] | None,
+                        fields: dict[str, str] | None = None) -> tuple[list[dict], str]:
         """Every page of one LIST, and the list's resourceVersion (the same on every
         page of a continued list: the snapshot a watch starts from)."""
         items: list[dict] = []
         token, version = None, ""
         while True:
-            query = {"labelSelector": label_selector(labels), "limit": self.page_size,
+            query = {"labelSelector": label_selector(labels),
+                     "fieldSelector": label_selector(fields), "limit": self.page_size,
                      "continue": token}
             found = self.rest.request("GET", resource.path(), query=query,
                                       what=f"{resource.kind} list", counted_as="lists")

@@ -87,7 +87,8 @@ RESOURCES: dict[str, Resource] = {r.kind: r for r in (
 
 
 def label_selector(labels: dict[str, str] | None) -> str | None:
-    """``a=b,c=d`` (sorted, so that request logs are stable), or None for no filter."""
+    """``a=b,c=d`` (sorted, so that request logs are stable), or None for no filter; a
+    field selector of equalities has the same form."""
     if not labels:
         return None
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

@@ -282,9 +282,11 @@ class SimCluster(Cluster):
 
     # -- other kinds --------------------------------------------------------------
 
-    def list_objects(self, kind: str, labels: dict[str, str] | None = None) -> list[dict]:
+    def list_objects(self, kind: str, labels: dict[str, str] | None = None,
+                     fields: dict[str, str] | None = None) -> list[dict]:
         return clone_all([o for o in self._kind(kind).values()
-                          if _labels_match(o, labels) and self.in_scope(o)])
+                          if _labels_match(o, labels) and base.fields_match(o, fields)
+                          and self.in_scope(o)])
 
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:
         obj = self._kind(kind).get(self._key(kind, namespace, name))
