@@ -387,10 +387,13 @@ def report_dir_problem(report_dir: str | os.PathLike, base: Path | None = None) 
 
 
 def write_report(report_dir: str | os.PathLike, loaded: Loaded, cluster: Any,
-                 repository: str | None = None, revision: str | None = None) -> dict:
-    """List what the report needs, build, validate and write it; returns the report.
-    A cluster scoped to a shard's namespaces gives the shard's report."""
-    replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
+                 repository: str | None = None, revision: str | None = None,
+                 replicas: list[dict] | None = None) -> dict:
+    """List what the report needs (the InferenceReplicas unless the caller has just
+    listed them), build, validate and write it; returns the report. A cluster scoped
+    to a shard's namespaces gives the shard's report."""
+    if replicas is None:
+        replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
     events = report_events(cluster)
     report = build_report(loaded, replicas, events, cluster.now(), repository, revision,
                           owns=getattr(cluster, "namespace_scope", None))

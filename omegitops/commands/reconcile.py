@@ -171,13 +171,15 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
             # What the passes applied stays applied (and, on sim:, saved: the cluster is
             # left normally); a pass cut here is one the next run carries on from.
             interrupted = getattr(stop_signal, "signum", signal.SIGINT)
-        replicas = [replica_view(r) for r in cluster.list_objects(INFERENCE_REPLICA, MANAGED)]
+        # One LIST of the InferenceReplicas serves the table and the report.
+        listed = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
+        replicas = [replica_view(r) for r in listed]
         now = cluster.now()
         if report_dir:
             from omegitops.report import write_report
 
             write_report(report_dir, loaded, cluster, repository=repository,
-                         revision=revision)
+                         revision=revision, replicas=listed)
     print(replica_table(replicas, now, namespaces=True))
     if interrupted is not None:
         name = signal.Signals(interrupted).name

@@ -24,7 +24,9 @@ from omegitops.lifecycle.templates import DEFAULT, LEADER, WORKER, revision_name
 from omegitops.lifecycle.work import PODGROUP_LABEL, DesiredComponent
 
 
-@dataclass(frozen=True)
+# eq=False: each rule is one module constant, so identity is equality, and a
+# DerivedName hashes its rule at C speed (validation dedupes thousands of names).
+@dataclass(frozen=True, eq=False)
 class Rule:
     """One of Kubernetes' name rules (k8s.io/apimachinery/pkg/util/validation)."""
 

@@ -239,3 +239,30 @@ def test_prune_tears_down_a_service_the_repository_no_longer_has(control_plane, 
     assert left == set(), left
     assert cp.get("ome.io/v1beta1", "InferenceReplica", ns, "gone-engine") is None
     assert cp.get("ome.io/v1beta1", "InferenceReplica", ns, "keep-engine")
+
+
+# -- what one run reads ---------------------------------------------------------------------
+
+
+def test_one_pass_with_a_report_lists_each_kind_once_and_only_warning_events(
+        control_plane, job_namespace, tmp_path):
+    """A run without --until-idle: the pass LISTs what it observes, then one more LIST of
+    the InferenceReplicas serves both the table and the report, and the report's events
+    are Warnings, chosen by the API server."""
+    from test_watches import _job_requests
+
+    cp, ns = control_plane, job_namespace
+    repo = small_repo(tmp_path, ns)
+    since = cp.audit_offset()
+    done = run_job(cp, ["omegitops", "reconcile", "--repo", str(repo), "--cluster", "kube",
+                        "--report-dir", str(tmp_path / "status")], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "status" / "status.json").is_file()
+    lists: dict[str, list[dict]] = {}
+    for verb, url, query in _job_requests(cp, since):
+        if verb == "list":
+            lists.setdefault(url.rstrip("/").split("/")[-1], []).append(query)
+    assert {plural: len(queries) for plural, queries in lists.items()} == {
+        "pods": 1, "inferencereplicas": 2, "controllerrevisions": 1, "services": 1,
+        "events": 1}, lists
+    assert lists["events"][0]["fieldSelector"] == "type=Warning"
