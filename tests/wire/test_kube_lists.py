@@ -5,6 +5,7 @@ tests/controlplane/test_real_cluster_path.py.)"""
 from __future__ import annotations
 
 import copy
+import gc
 
 import pytest
 from wire_helpers import make_pod
@@ -31,6 +32,24 @@ def test_a_list_is_read_in_pages_of_500(kube, api):
     assert [r.query.get("limit") for r in pages] == ["500", "500", "500"]
     assert "continue" not in pages[0].query
     assert pages[1].query["continue"] and pages[2].query["continue"]
+
+
+def test_a_list_is_decoded_with_the_cyclic_collector_paused(kube, api, monkeypatch):
+    """Its millions of small objects would set off full collections for no garbage;
+    a watch's first LIST, outside any pass, too. The collector is back on after."""
+    _pods(api, 600)
+    send = kube.rest._send
+    collector_on_during_pages = []
+
+    def spy(*args, **kwargs):
+        collector_on_during_pages.append(gc.isenabled())
+        return send(*args, **kwargs)
+
+    monkeypatch.setattr(kube.rest, "_send", spy)
+    assert gc.isenabled()
+    assert len(kube.list_pods(MANAGED)) == 600
+    assert collector_on_during_pages == [False, False]
+    assert gc.isenabled()
 
 
 def test_an_expired_continue_token_restarts_the_list_once(kube, api):

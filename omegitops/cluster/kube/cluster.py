@@ -42,6 +42,7 @@ from omegitops.cluster.kube.rest import MERGE_PATCH, STRATEGIC_PATCH, Rest, Retr
 from omegitops.cluster.kube.watches import WATCH_SECONDS, WatchedKind, Watches
 from omegitops.cluster.lease import DEFAULT_DURATION_SECONDS, LEASE_NAME, Lease
 from omegitops.cluster.sequences import already_counted
+from omegitops.gcpause import without_gc_pauses
 
 log = logging.getLogger(__name__)
 
@@ -316,6 +317,12 @@ class KubeCluster(Cluster):
                     fields: dict[str, str] | None = None) -> list[dict]:
         return self._list_versioned(resource, labels, fields)[0]
 
+    # Decoding a LIST makes millions of small dicts and strings (8,000 pods are 56 MB
+    # of JSON); with the collector on, their allocations set off full collections
+    # that walk the growing list again and again, for no garbage (JSON is acyclic):
+    # three times the decode itself (omegitops/gcpause.py). A watch's first LIST runs
+    # outside any pass, so the pause belongs here.
+    @without_gc_pauses
     def _list_versioned(self, resource: Resource, labels: dict[str, str] | None,
                         fields: dict[str, str] | None = None) -> tuple[list[dict], str]:
         """Every page of one LIST, and the list's resourceVersion (the same on every
