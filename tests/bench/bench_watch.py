@@ -114,7 +114,12 @@ def bench(workdir: Path, services: int, instances: int, min_ready: int) -> dict:
     root = workdir / "repo"
     counts = genfleet.write_fleet(root, services) if services else {"pods": 0, "namespaces": 0}
     write_repo(root / "rollout", instances, min_ready, "sglang:v1")
-    with ControlPlane(build_control_plane(), workdir / "controlplane") as cp:
+    # Kubernetes' own node Lease timings (a kubelet's 40 s, renewed every 10 s; the node
+    # controller's 50 s grace): the tests' short ones would have the fleet's KWOK nodes
+    # renew 70 times a second at 1,000 services, a load no cluster of that size puts on
+    # its API server.
+    with ControlPlane(build_control_plane(), workdir / "controlplane",
+                      node_lease_seconds=40, node_monitor_grace="50s") as cp:
         pods = counts["pods"] + instances * 2
         cp.add_nodes(max(2, math.ceil(pods * 1.4 / GPUS_PER_NODE)), gpus=GPUS_PER_NODE,
                      cpu=str(GPUS_PER_NODE * 9), memory=f"{GPUS_PER_NODE * 40}Gi")
