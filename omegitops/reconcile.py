@@ -52,7 +52,7 @@ from omegitops.lifecycle.planner import (
 )
 from omegitops.lifecycle.replica import replica_name
 from omegitops.lifecycle.resolve import OMENATIVE, ComponentLifecycle, Resolved
-from omegitops.lifecycle.revisions import stored_templates
+from omegitops.lifecycle.revisions import pack_revision, stored_templates
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 from omegitops.manifests.load import ServiceComponent
 
@@ -97,6 +97,11 @@ def observed_kinds(cluster: Cluster) -> list[str]:
     return kinds + [POD_GROUP] if cluster.has_kind(POD_GROUP) else kinds
 
 
+# What a pass keeps of each object of a kind (the others whole): applied as each LIST
+# page is read, and again, idempotent, when a watched list is filed.
+KEPT = {POD: trim_pod, CONTROLLER_REVISION: pack_revision}
+
+
 def observe(cluster: Cluster) -> Observation:
     """List every managed object: a fixed number of calls, never one per component."""
     seen = Observation()
@@ -104,7 +109,9 @@ def observe(cluster: Cluster) -> Observation:
     if POD_GROUP in kinds:
         seen.podgroups = {}
     for kind in kinds:
-        _file(seen, kind, cluster.list_objects(kind, MANAGED))
+        # Each page is cut down to what a pass keeps as it is read (see _file), so the
+        # whole of a large LIST is never held at once.
+        _file(seen, kind, cluster.list_objects(kind, MANAGED, transform=KEPT.get(kind)))
     return seen
 
 
@@ -137,7 +144,8 @@ def _file(seen: Observation, kind: str, objects: list[dict]) -> None:
             seen.replicas[(meta.get("namespace", ""), meta["name"])] = replica
     elif kind == CONTROLLER_REVISION:
         for revision in objects:
-            seen.revisions.setdefault(owner_key(revision), []).append(revision)
+            # Templates and runtime config as bytes until read (lifecycle/revisions.py).
+            seen.revisions.setdefault(owner_key(revision), []).append(pack_revision(revision))
     elif kind == SERVICE:
         for service in objects:
             seen.services.setdefault(owner_key(service), {})[service["metadata"]["name"]] = service

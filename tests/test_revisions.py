@@ -11,7 +11,15 @@ from omegitops.lifecycle.instance import PodSpecInput, instance_pods
 from omegitops.lifecycle.operator import parse_operator_values
 from omegitops.lifecycle.replica import COLUMNAR, decode_rows, encode_rows
 from omegitops.lifecycle.resolve import resolve_component
+from omegitops.lifecycle.revisions import (
+    PackedData,
+    pack_revision,
+    revision_data,
+    stored_runtime_config,
+    stored_templates,
+)
 from omegitops.lifecycle.templates import render_templates, revision_name
+from omegitops.reconcile import observe
 from tests.fleet import strategy, write_service
 from tests.scenario import Scenario, converged
 from tests.test_instances import small_repo
@@ -345,3 +353,46 @@ def test_an_in_place_target_whose_revision_is_deleted_is_recreated_at_the_newest
         f"OMENative component=engine instance=0 revision {withdrawn} has no "
         "ControllerRevision, so its images cannot be set in place; recreating the Instance "
         f"at {newest}")]
+
+
+def test_an_observed_revision_keeps_its_data_packed_until_read():
+    data = {"templates": {"default": {"metadata": {"labels": {"a": "b"}},
+                                      "spec": {"containers": [{"name": "c", "image": "i:1",
+                                                               "args": ["--x", 1.5, True,
+                                                                        None]}]}}},
+            "runtimeConfig": {"engineConfig": {"minReplicas": 2}}}
+    observed = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                "metadata": {"name": "svc-engine-1", "resourceVersion": "7"},
+                "revision": 1, "data": copy.deepcopy(data)}
+    packed = pack_revision(observed)
+    assert isinstance(packed["data"], PackedData)
+    assert observed["data"] == data  # the listed object is left whole
+    assert pack_revision(packed) is packed
+    assert packed["metadata"] is observed["metadata"]
+    # Read back exactly, types and all, and once: every reader shares what was unpacked.
+    templates = stored_templates([packed], "svc-engine-1")
+    assert templates == data["templates"]
+    assert stored_templates([packed], "svc-engine-1") is templates
+    assert stored_runtime_config([packed], "svc-engine-1") == data["runtimeConfig"]
+    assert stored_templates([packed], "other") is None
+    assert revision_data({"metadata": {"name": "x"}}) == {}
+
+
+def test_a_held_instance_is_rebuilt_at_its_revision_from_packed_data(tmp_path):
+    """At partition 1 the held Instance runs the prior revision; lost, it is rebuilt from
+    the templates its ControllerRevision stores, which the pass observed packed."""
+    life = strategy("RecreatePod", partition=1, maxUnavailable=1)
+    scenario, change = converged(tmp_path, replicas=2, lifecycle=life)
+    prior = scenario.replica("svc-engine")["spec"]["revision"]
+    change(image="sglang:v2")
+    scenario.until_idle()
+    current = scenario.replica("svc-engine")["spec"]["revision"]
+    with SimCluster(scenario.path) as cluster:
+        revisions = observe(cluster).revisions[("demo", "svc", "engine")]
+    assert sorted(r["metadata"]["name"] for r in revisions) == sorted([prior, current])
+    assert all(isinstance(r["data"], PackedData) for r in revisions)
+    scenario.fault("evict", pod="svc-engine-0-default-0")
+    scenario.until_idle()
+    assert _revisions(scenario, "svc-engine-") == {
+        "svc-engine-0-default-0": (prior, "sglang:v1"),
+        "svc-engine-1-default-0": (current, "sglang:v2")}

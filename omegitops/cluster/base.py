@@ -209,10 +209,16 @@ class Cluster(abc.ABC):
 
     @abc.abstractmethod
     def list_objects(self, kind: str, labels: dict[str, str] | None = None,
-                     fields: dict[str, str] | None = None) -> list[dict]:
+                     fields: dict[str, str] | None = None,
+                     transform: Callable[[dict], dict] | None = None) -> list[dict]:
         """Every object of a kind in all namespaces, optionally filtered by labels and by
         ``fields``: equality on dotted paths (``{"type": "Warning"}``), as the API
-        server's field selectors, and only on fields it can select by for that kind."""
+        server's field selectors, and only on fields it can select by for that kind.
+
+        ``transform`` is applied to each object as it is read, before the next is (a
+        LIST's page at a time), as client-go's informer transforms are: a caller that
+        keeps part of each object never holds the whole list at once. It must not
+        change its argument. A watched list answers whole (``watch``)."""
 
     @abc.abstractmethod
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:

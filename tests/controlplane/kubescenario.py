@@ -38,8 +38,8 @@ class NamespaceView:
     def list_pods(self, labels=None):
         return self._mine(self._cluster.list_pods(labels))
 
-    def list_objects(self, kind, labels=None, fields=None):
-        return self._mine(self._cluster.list_objects(kind, labels, fields))
+    def list_objects(self, kind, labels=None, fields=None, transform=None):
+        return self._mine(self._cluster.list_objects(kind, labels, fields, transform))
 
     def __getattr__(self, name):
         return getattr(self._cluster, name)

@@ -52,6 +52,30 @@ def test_a_list_is_decoded_with_the_cyclic_collector_paused(kube, api, monkeypat
     assert gc.isenabled()
 
 
+def test_a_transform_cuts_each_page_before_the_next_is_read(kube, api, monkeypatch):
+    """observe keeps a trimmed pod (trim_pod) of each page as it is read: the whole
+    list is never held at once. Plain lists stay whole."""
+    for n in range(1203):
+        api.add(make_pod(f"p{n:04d}", labels=MANAGED, nodeSelector={"pool": "gpu"}))
+    send = kube.rest._send
+    order = []
+
+    def spy(*args, **kwargs):
+        order.append("page")
+        return send(*args, **kwargs)
+
+    def trim(pod):
+        order.append("pod")
+        return trim_pod(pod)
+
+    monkeypatch.setattr(kube.rest, "_send", spy)
+    pods = kube.list_objects("Pod", MANAGED, transform=trim)
+    assert order == (["page"] + ["pod"] * 500) * 2 + ["page"] + ["pod"] * 203
+    assert all(set(p["spec"]) == {"containers"} for p in pods)
+    assert {p["kind"] for p in pods} == {"Pod"}  # filled in before the transform
+    assert all("nodeSelector" in p["spec"] for p in kube.list_pods(MANAGED))
+
+
 def test_an_expired_continue_token_restarts_the_list_once(kube, api):
     _pods(api, 1203)
     api.fail("GET", PODS, status=410, reason="Expired", query="continue=")

@@ -287,7 +287,8 @@ class KubeCluster(Cluster):
     # -- other kinds --------------------------------------------------------------------
 
     def list_objects(self, kind: str, labels: dict[str, str] | None = None,
-                     fields: dict[str, str] | None = None) -> list[dict]:
+                     fields: dict[str, str] | None = None,
+                     transform: Callable[[dict], dict] | None = None) -> list[dict]:
         """One LIST of the kind across all namespaces, filtered by the API server, read
         in pages of ``PAGE_SIZE``.
 
@@ -305,17 +306,18 @@ class KubeCluster(Cluster):
         resource = self._resource(kind)
         try:
             try:
-                return self._list_pages(resource, labels, fields)
+                return self._list_pages(resource, labels, fields, transform)
             except Expired as err:
                 log.info("%s list: %s; listing again from the start", kind, err)
-                return self._list_pages(resource, labels, fields)
+                return self._list_pages(resource, labels, fields, transform)
         except NotFound as err:
             raise NotFound(f"kind {kind} is not served by this cluster"
                            f"{_crd_hint(kind)}") from err
 
     def _list_pages(self, resource: Resource, labels: dict[str, str] | None,
-                    fields: dict[str, str] | None = None) -> list[dict]:
-        return self._list_versioned(resource, labels, fields)[0]
+                    fields: dict[str, str] | None = None,
+                    transform: Callable[[dict], dict] | None = None) -> list[dict]:
+        return self._list_versioned(resource, labels, fields, transform)[0]
 
     # Decoding a LIST makes millions of small dicts and strings (8,000 pods are 56 MB
     # of JSON); with the collector on, their allocations set off full collections
@@ -324,9 +326,12 @@ class KubeCluster(Cluster):
     # outside any pass, so the pause belongs here.
     @without_gc_pauses
     def _list_versioned(self, resource: Resource, labels: dict[str, str] | None,
-                        fields: dict[str, str] | None = None) -> tuple[list[dict], str]:
-        """Every page of one LIST, and the list's resourceVersion (the same on every
-        page of a continued list: the snapshot a watch starts from)."""
+                        fields: dict[str, str] | None = None,
+                        transform: Callable[[dict], dict] | None = None,
+                        ) -> tuple[list[dict], str]:
+        """Every page of one LIST, each object transformed as its page is read, and the
+        list's resourceVersion (the same on every page of a continued list: the
+        snapshot a watch starts from)."""
         items: list[dict] = []
         token, version = None, ""
         while True:
@@ -335,8 +340,11 @@ class KubeCluster(Cluster):
                      "continue": token}
             found = self.rest.request("GET", resource.path(), query=query,
                                       what=f"{resource.kind} list", counted_as="lists")
-            items.extend(resource.fill_type(item) for item in found.get("items") or []
-                         if self.in_scope(item))
+            # Popped, so that the page's whole objects go once transformed, before the
+            # next page is read.
+            page = (resource.fill_type(item) for item in found.pop("items", None) or []
+                    if self.in_scope(item))
+            items.extend(map(transform, page) if transform else page)
             meta = found.get("metadata") or {}
             version = version or meta.get("resourceVersion") or ""
             token = meta.get("continue")

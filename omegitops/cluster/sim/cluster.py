@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import marshal
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -283,10 +284,13 @@ class SimCluster(Cluster):
     # -- other kinds --------------------------------------------------------------
 
     def list_objects(self, kind: str, labels: dict[str, str] | None = None,
-                     fields: dict[str, str] | None = None) -> list[dict]:
-        return clone_all([o for o in self._kind(kind).values()
-                          if _labels_match(o, labels) and base.fields_match(o, fields)
-                          and self.in_scope(o)])
+                     fields: dict[str, str] | None = None,
+                     transform: Callable[[dict], dict] | None = None) -> list[dict]:
+        found = [o for o in self._kind(kind).values()
+                 if _labels_match(o, labels) and base.fields_match(o, fields)
+                 and self.in_scope(o)]
+        copies = clone_all(found)
+        return [transform(o) for o in copies] if transform else copies
 
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:
         obj = self._kind(kind).get(self._key(kind, namespace, name))
