@@ -7,12 +7,12 @@ import copy
 import pytest
 
 from omegitops.cluster.sim import SimCluster
+from omegitops.lifecycle.copying import Packed
 from omegitops.lifecycle.instance import PodSpecInput, instance_pods
 from omegitops.lifecycle.operator import parse_operator_values
 from omegitops.lifecycle.replica import COLUMNAR, decode_rows, encode_rows
 from omegitops.lifecycle.resolve import resolve_component
 from omegitops.lifecycle.revisions import (
-    PackedData,
     pack_revision,
     revision_data,
     stored_runtime_config,
@@ -365,14 +365,14 @@ def test_an_observed_revision_keeps_its_data_packed_until_read():
                 "metadata": {"name": "svc-engine-1", "resourceVersion": "7"},
                 "revision": 1, "data": copy.deepcopy(data)}
     packed = pack_revision(observed)
-    assert isinstance(packed["data"], PackedData)
+    assert isinstance(packed["data"], Packed)
     assert observed["data"] == data  # the listed object is left whole
     assert pack_revision(packed) is packed
     assert packed["metadata"] is observed["metadata"]
-    # Read back exactly, types and all, and once: every reader shares what was unpacked.
+    # Read back exactly, types and all, as a copy of its own for each reader.
     templates = stored_templates([packed], "svc-engine-1")
     assert templates == data["templates"]
-    assert stored_templates([packed], "svc-engine-1") is templates
+    assert stored_templates([packed], "svc-engine-1") is not templates
     assert stored_runtime_config([packed], "svc-engine-1") == data["runtimeConfig"]
     assert stored_templates([packed], "other") is None
     assert revision_data({"metadata": {"name": "x"}}) == {}
@@ -390,7 +390,7 @@ def test_a_held_instance_is_rebuilt_at_its_revision_from_packed_data(tmp_path):
     with SimCluster(scenario.path) as cluster:
         revisions = observe(cluster).revisions[("demo", "svc", "engine")]
     assert sorted(r["metadata"]["name"] for r in revisions) == sorted([prior, current])
-    assert all(isinstance(r["data"], PackedData) for r in revisions)
+    assert all(isinstance(r["data"], Packed) for r in revisions)
     scenario.fault("evict", pod="svc-engine-0-default-0")
     scenario.until_idle()
     assert _revisions(scenario, "svc-engine-") == {

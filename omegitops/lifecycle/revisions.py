@@ -10,11 +10,11 @@ revision in use is never pruned.
 from __future__ import annotations
 
 import copy
-import marshal
 from collections.abc import Iterable
 from typing import Any
 
 from omegitops.lifecycle.actions import ApplyObject, DeleteObject
+from omegitops.lifecycle.copying import Packed
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 
 KIND = "ControllerRevision"
@@ -38,42 +38,22 @@ def revision_object(desired: Any, number: int) -> dict[str, Any]:
     }
 
 
-class PackedData:
-    """A revision's ``data`` kept as marshal bytes, unpacked when first read.
-
-    A pass observes every ControllerRevision, and each holds its component's pod
-    templates and runtime config: 15 KB as Python objects, a fifth of what a pass
-    holds, a tenth as bytes. A pass reads them only for the revisions Instances run
-    that are not the desired one, or a pinned runtime's config; so they are packed
-    as they are observed (``pack_revision``) and unpacked on that first read. What
-    it unpacks is shared by the readers, and read-only, as templates are.
-    """
-
-    __slots__ = ("_data", "_packed")
-
-    def __init__(self, data: Any) -> None:
-        # marshal keeps JSON's types exactly (dict, list, str, int, float, bool, None).
-        self._packed: bytes | None = marshal.dumps(data)
-        self._data: Any = None
-
-    def unpack(self) -> Any:
-        if self._packed is not None:
-            self._data, self._packed = marshal.loads(self._packed), None
-        return self._data
-
-
 def pack_revision(revision: dict) -> dict:
-    """A shallow copy of an observed ControllerRevision with its ``data`` packed."""
+    """A shallow copy of an observed ControllerRevision with its ``data`` packed.
+
+    Each holds its component's templates and runtime config: 15 KB as Python
+    objects, a fifth of what a pass observes. A pass reads them only for a revision
+    Instances run that is not the desired one, or a pinned runtime's config."""
     data = revision.get("data")
-    if data is None or isinstance(data, PackedData):
+    if data is None or isinstance(data, Packed):
         return revision
-    return {**revision, "data": PackedData(data)}
+    return {**revision, "data": Packed(data)}
 
 
 def revision_data(revision: dict) -> dict:
     """A revision's ``data``, packed or not; {} when it has none."""
     data = revision.get("data")
-    if isinstance(data, PackedData):
+    if isinstance(data, Packed):
         data = data.unpack()
     return data if isinstance(data, dict) else {}
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omegitops.gcpause import without_gc_pauses
+from omegitops.lifecycle.copying import Packed
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import ComponentLifecycle, components_of, dig, resolve_component
 from omegitops.manifests.operator_values import read_operator_values
@@ -55,9 +56,14 @@ class ServiceComponent:
     lifecycle: ComponentLifecycle
     # The settings it was resolved with, to resolve it again from a pinned runtime.
     operator: OperatorSettings | None = None
-    # Its pod templates rendered from the live runtime, when validation rendered them
-    # (read-only, shared by every pass of the run).
-    templates: dict | None = None
+    # Its pod templates rendered from the live runtime, when validation rendered them:
+    # packed (a tenth of their size; a run holds them for every component), and
+    # unpacked, a copy of its own, by each plan.
+    rendered: Packed | None = None
+
+    @property
+    def templates(self) -> dict | None:
+        return self.rendered.unpack() if self.rendered is not None else None
 
     @property
     def pinned(self) -> bool:
@@ -75,10 +81,10 @@ def resolved_components(loaded: Loaded) -> list[ServiceComponent]:
         for component in components_of(service.data, runtime_data):
             known = loaded.result.resolved.get((service.id, component))
             if known is not None:
-                lifecycle, templates = known
+                lifecycle, rendered = known
             else:  # not OMENative: validation neither resolves nor renders it
-                lifecycle, templates = resolve_component(
+                lifecycle, rendered = resolve_component(
                     service.data, runtime_data, component, loaded.operator), None
             out.append(ServiceComponent(service, runtime, lifecycle, loaded.operator,
-                                        templates))
+                                        rendered))
     return out

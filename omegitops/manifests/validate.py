@@ -14,6 +14,7 @@ from jsonschema.exceptions import ValidationError
 
 from omegitops.ids import ResourceId
 from omegitops.lifecycle import budgets
+from omegitops.lifecycle.copying import Packed
 from omegitops.lifecycle.names import derived_names, longest_fitting
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import (
@@ -61,7 +62,7 @@ class ValidationResult:
     warnings: list[ManifestError] = field(default_factory=list)
     # What validation resolved and rendered for each OMENative component of a valid
     # service, by (service id, component): planning uses it instead of doing it again.
-    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, dict]] = \
+    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] = \
         field(default_factory=dict)
 
     @property
@@ -137,7 +138,7 @@ def percentage_errors(manifest: Manifest) -> list[ManifestError]:
 def service_errors(
     service: Manifest, runtime: Manifest | None, runtimes: dict, operator: OperatorSettings,
     warnings: list[ManifestError] | None = None,
-    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, dict]] | None = None,
+    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] | None = None,
 ) -> list[ManifestError]:
     """Checks that need the service's runtime and the operator settings; what a valid
     OMENative component may do but will regret goes into ``warnings``, from the same
@@ -173,7 +174,7 @@ def service_errors(
             errors.extend(planned)
             continue
         if resolved is not None:
-            resolved[(service.id, component)] = (lifecycle, rendered["templates"])
+            resolved[(service.id, component)] = (lifecycle, Packed(rendered["templates"]))
         errors.extend(_derived_name_errors(service, lifecycle))
         if warnings is not None:
             warnings.extend(_stuck_budget_warnings(service, lifecycle))
@@ -294,12 +295,12 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
                     if ids[0].id.kind != INFERENCE_SERVICE}
     catalog = Catalog(runtimes=runtimes)
     valid = []
-    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, dict]] = {}
+    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] = {}
     ambiguous: set[ResourceId] = set()
     for service in (m for m in candidates if m.id.kind == INFERENCE_SERVICE):
         runtime = catalog.runtime_for(service)
         regrets: list[ManifestError] = []
-        found: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, dict]] = {}
+        found: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] = {}
         problems = service_errors(service, runtime, all_runtimes, operator, regrets, found)
         managed = not problems and _is_managed(service, runtime, operator)
         if managed and len(copies[service.id]) > 1:
