@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
@@ -22,16 +23,30 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+# The collector is one per process: blocks in several threads (a LIST per kind at
+# once) share one pause, which ends with the last of them.
+_lock = threading.Lock()
+_pauses = 0
+_was_enabled = False
+
+
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """No automatic cyclic collection inside the block; nests, and restores what was."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """No automatic cyclic collection inside the block; nests, in one thread or across
+    several, and restores what was once the last block ends."""
+    global _pauses, _was_enabled
+    with _lock:
+        if _pauses == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _lock:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()
 
 
 def without_gc_pauses(func: Callable[P, R]) -> Callable[P, R]:

@@ -75,9 +75,8 @@ class IncrementalPasses:
               prune: Pruning | None = None) -> IncrementalPasses | None:
         """Watch every kind a pass observes; None (nothing watched) when the cluster
         does not watch, and the run makes whole passes as before."""
-        for kind in observed_kinds(cluster):
-            if not cluster.watch(kind, MANAGED, owner_key):
-                return None
+        if not cluster.watch_all(observed_kinds(cluster), MANAGED, owner_key):
+            return None
         return IncrementalPasses(cluster, items, prune)
 
     def run_pass(self) -> PassResult:

@@ -108,10 +108,10 @@ def observe(cluster: Cluster) -> Observation:
     kinds = observed_kinds(cluster)
     if POD_GROUP in kinds:
         seen.podgroups = {}
-    for kind in kinds:
-        # Each page is cut down to what a pass keeps as it is read (see _file), so the
-        # whole of a large LIST is never held at once.
-        _file(seen, kind, cluster.list_objects(kind, MANAGED, transform=KEPT.get(kind)))
+    # Each page is cut down to what a pass keeps as it is read (see _file), so the whole
+    # of a large LIST is never held at once.
+    for kind, objects in cluster.list_all(kinds, MANAGED, KEPT).items():
+        _file(seen, kind, objects)
     return seen
 
 

@@ -139,6 +139,17 @@ class Cluster(abc.ABC):
         watch; then nothing changes."""
         return False
 
+    def watch_all(self, kinds: Iterable[str], labels: dict[str, str] | None,
+                  key_of: Callable[[dict], Hashable]) -> bool:
+        """``watch`` each kind; whether every one is watched."""
+        return all(self.watch(kind, labels, key_of) for kind in kinds)
+
+    def list_all(self, kinds: Iterable[str], labels: dict[str, str] | None,
+                 transforms: dict[str, Callable[[dict], dict]]) -> dict[str, list[dict]]:
+        """``list_objects`` of each kind (each transformed as ``transforms`` says)."""
+        return {kind: self.list_objects(kind, labels, transform=transforms.get(kind))
+                for kind in kinds}
+
     def changed_keys(self) -> set[Hashable] | None:
         """The keys of watched objects that changed since the last call; None when
         that is not known (no watches, or a watch had to list again)."""

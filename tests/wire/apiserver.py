@@ -124,6 +124,7 @@ class Fault:
     drop: bool = False
     query: re.Pattern | None = None  # searched in the raw query string too
     landed: bool = False  # with drop: carried out first, only the answer is lost
+    retry_after: int | None = None  # with a status: the Retry-After header sent with it
 
     def matches(self, method: str, path: str, query: str = "") -> bool:
         return self.times > 0 and self.method in ("*", method) and bool(
@@ -194,12 +195,13 @@ class ApiServerDouble:
 
     def fail(self, method: str, path: str, *, times: int = 1, status: int | None = None,
              reason: str = "", delay: float = 0.0, drop: bool = False,
-             query: str | None = None, landed: bool = False) -> Fault:
+             query: str | None = None, landed: bool = False,
+             retry_after: int | None = None) -> Fault:
         """Inject a fault on the next ``times`` matching requests (see ``Fault``)."""
         if status is None and not delay and not drop:
             status = 500
         fault = Fault(method.upper(), re.compile(path), times, status, reason, delay, drop,
-                      re.compile(query) if query is not None else None, landed)
+                      re.compile(query) if query is not None else None, landed, retry_after)
         with self.lock:
             self.faults.append(fault)
         return fault
@@ -261,8 +263,10 @@ class ApiServerDouble:
             if fault.drop and not fault.landed:
                 return DROP
             if fault.status is not None:
+                headers = {} if fault.retry_after is None else {
+                    "Retry-After": str(fault.retry_after)}
                 return fault.status, ApiError(fault.status, fault.reason or _reason(fault.status),
-                                              "injected fault").status()
+                                              "injected fault").status(), headers
             time.sleep(fault.delay)  # then answer normally: the write still happens
         try:
             with self.lock:
@@ -528,9 +532,11 @@ class _Handler(BaseHTTPRequestHandler):
         if answer == DROP:
             self.close_connection = True  # hang up without a word
             return
-        status, payload = answer
+        status, payload, *more = answer
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (more[0] if more else {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

@@ -25,6 +25,17 @@ def test_throttling_and_unavailability_are_retried(kube, api, sleeps, status):
     assert sleeps == [0.2]
 
 
+def test_a_429_waits_as_long_as_its_retry_after_asks(kube, api, sleeps):
+    """The API server answers 429 with Retry-After: 1 while a kind's watch cache starts
+    (the first LISTs after a restart, side by side): the retry waits that long."""
+    api.fail("GET", r"^/api/v1/pods$", status=429, times=2, retry_after=1)
+    assert kube.list_pods() == []
+    assert sleeps == [1.0, 2.0]  # then doubling, as from any first wait
+    api.fail("GET", r"^/api/v1/pods$", status=429, retry_after=3600)
+    kube.list_pods()
+    assert sleeps[2:] == [10.0]  # never longer than MAX_RETRY_AFTER
+
+
 def test_a_500_forever_becomes_transient_after_three_tries(kube, api, sleeps):
     api.fail("GET", PODS, status=500, times=100)
     with pytest.raises(Transient, match="Pod list: .*HTTP 500") as caught:

@@ -5,6 +5,8 @@ and test_job.py.)"""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from apiserver import POD_GROUPS
 from wire_helpers import NS, make_pod, make_replica
@@ -47,7 +49,7 @@ def test_observe_makes_a_constant_number_of_list_calls(kube, api, components):
     assert sum(len(pods) for pods in seen.pods.values()) == 2 * components
     assert len(seen.podgroups) == components
     lists = api.calls("list")
-    assert [r.path for r in lists] == EXPECTED_LISTS
+    assert sorted(r.path for r in lists) == sorted(EXPECTED_LISTS)  # side by side
     assert {r.query["labelSelector"] for r in lists} == {"app.kubernetes.io/managed-by=omegitops"}
     assert len(api.requests) == len(EXPECTED_LISTS) + 1  # and one discovery GET
     api.clear_log()
@@ -55,7 +57,29 @@ def test_observe_makes_a_constant_number_of_list_calls(kube, api, components):
     assert len(api.requests) == len(EXPECTED_LISTS)  # discovery is remembered
 
 
+def test_observe_lists_the_kinds_side_by_side(kube, api, monkeypatch):
+    """Each kind's LIST in a thread of its own, as informers list: while the pods' LIST is
+    still being answered, the others are already asked."""
+    api.serve(POD_GROUPS)
+    _populate(api, 3)
+    api.fail("GET", r"^/api/v1/pods$", delay=1.0)
+    handle, spans = api.handle, {}
+
+    def timed(method, target, *args):
+        start = time.monotonic()
+        try:
+            return handle(method, target, *args)
+        finally:
+            spans[target.split("?")[0]] = (start, time.monotonic())
+
+    monkeypatch.setattr(api, "handle", timed)
+    seen = observe(kube)
+    assert len(seen.replicas) == 3 and sum(map(len, seen.pods.values())) == 6
+    _, pods_answered = spans["/api/v1/pods"]
+    assert all(spans[path][0] < pods_answered for path in EXPECTED_LISTS[1:])
+
+
 def test_observe_without_pod_groups_skips_their_list(kube, api):
     seen = observe(kube)
     assert seen.podgroups is None
-    assert [r.path for r in api.calls("list")] == EXPECTED_LISTS[:4]
+    assert sorted(r.path for r in api.calls("list")) == sorted(EXPECTED_LISTS[:4])

@@ -54,14 +54,19 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_RETRY_AFTER = 10.0
 
 
 class HttpError(Exception):
     """A non-2xx answer: the status, and the reason and message of the server's Status."""
 
-    def __init__(self, method: str, path: str, status: int, body: bytes) -> None:
+    def __init__(self, method: str, path: str, status: int, body: bytes,
+                 retry_after: float | None = None) -> None:
         self.method, self.path, self.status = method, path, status
         self.reason, self.message = _status_fields(body)
+        # Seconds the server asked to wait (Retry-After), as a 429 says while a kind's
+        # watch cache is still starting.
+        self.retry_after = retry_after
         super().__init__(f"{method} {path}: HTTP {status} {self.reason}: {self.message}".rstrip())
 
 
@@ -121,6 +126,8 @@ class Rest:
                 if err.status not in RETRIED_STATUSES or attempt == self.retry.attempts:
                     raise _cluster_error(err, what) from err
                 cause: Exception = err
+                # As client-go does: no sooner than the server asked (at most 10 s).
+                delay = max(delay, min(err.retry_after or 0.0, MAX_RETRY_AFTER))
             except (urllib3.exceptions.HTTPError, OSError) as err:
                 # Timeouts, refused or reset connections: nothing useful came back.
                 if attempt == self.retry.attempts:
@@ -139,7 +146,8 @@ class Rest:
         data = response.read()
         self.count(counted_as, len(data), requests=1)
         if not 200 <= response.status <= 299:
-            raise HttpError(method, path, response.status, data)
+            raise HttpError(method, path, response.status, data,
+                            _retry_after(response.getheader("Retry-After")))
         return json.loads(data) if data else {}
 
     def _call(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
@@ -236,6 +244,14 @@ def _status_fields(body: bytes) -> tuple[str, str]:
     if not isinstance(status, dict):
         return "", ""
     return str(status.get("reason") or ""), str(status.get("message") or "")
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (the API server sends a number; a date is not used)."""
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
 
 
 def _describe(err: Exception) -> str:
