@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from functools import partial
 
-from omegitops.cluster.base import Cluster
+from omegitops.cluster.base import Cluster, side_by_side
 from omegitops.errors import ClusterError
 from omegitops.lifecycle.planner import Plan
 from omegitops.manifests.load import ServiceComponent
@@ -75,7 +76,11 @@ class IncrementalPasses:
               prune: Pruning | None = None) -> IncrementalPasses | None:
         """Watch every kind a pass observes; None (nothing watched) when the cluster
         does not watch, and the run makes whole passes as before."""
-        if not cluster.watch_all(observed_kinds(cluster), MANAGED, owner_key):
+        # Their first LISTs side by side, as a pass's (reconcile.observe).
+        watched = side_by_side({kind: partial(cluster.watch, kind, MANAGED, owner_key)
+                                for kind in observed_kinds(cluster)},
+                               threads=cluster.lists_side_by_side)
+        if not all(watched.values()):
             return None
         return IncrementalPasses(cluster, items, prune)
 

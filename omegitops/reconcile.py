@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
 from omegitops.cluster.base import (
     CONTROLLER_REVISION,
@@ -23,6 +24,7 @@ from omegitops.cluster.base import (
     SERVICE,
     SERVING_GATE,
     Cluster,
+    side_by_side,
     trim_pod,
 )
 from omegitops.cluster.errors import AlreadyExists, Conflict, NotFound
@@ -110,7 +112,10 @@ def observe(cluster: Cluster) -> Observation:
         seen.podgroups = {}
     # Each page is cut down to what a pass keeps as it is read (see _file), so the whole
     # of a large LIST is never held at once.
-    for kind, objects in cluster.list_all(kinds, MANAGED, KEPT).items():
+    listed = side_by_side({kind: partial(cluster.list_objects, kind, MANAGED,
+                                         transform=KEPT.get(kind)) for kind in kinds},
+                          threads=cluster.lists_side_by_side)
+    for kind, objects in listed.items():
         _file(seen, kind, objects)
     return seen
 

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
+
+K = TypeVar("K")
+T = TypeVar("T")
 
 # The kinds ``list_objects`` and friends serve besides pods.
 INFERENCE_REPLICA = "InferenceReplica"
@@ -36,6 +40,17 @@ SERVING_GATE = "ome.io/serving"
 # compare images). Metadata and status are read whole.
 _KEPT_POD_SPEC = ("nodeName", "schedulingGates", "terminationGracePeriodSeconds")
 _KEPT_CONTAINER = ("name", "image")
+
+
+def side_by_side(calls: dict[K, Callable[[], T]], threads: bool = True) -> dict[K, T]:
+    """Each call's result by its key: in a thread each when ``threads`` (and more than
+    one), else one after the other. An error is raised once every call has ended (the
+    first in the calls' order)."""
+    if not threads or len(calls) < 2:
+        return {key: call() for key, call in calls.items()}
+    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="list") as pool:
+        futures = {key: pool.submit(call) for key, call in calls.items()}
+    return {key: future.result() for key, future in futures.items()}
 
 
 def field_value(obj: dict, path: str) -> str:
@@ -79,6 +94,11 @@ class Cluster(abc.ABC):
     # How often ``--until-idle`` looks again when the cluster cannot say when
     # something will change (a real cluster); None when it always can (sim).
     poll_seconds: float | None = 5.0
+    # Whether a pass's LISTs (and a run's first LISTs for its watches) go side by side,
+    # a thread per kind (``side_by_side``), as each informer of a controller lists in
+    # its own goroutine: the API server encodes one kind's pages while this process
+    # decodes another's. Not on sim:, whose calls cost no waiting.
+    lists_side_by_side: bool = False
     # ``--shard``: lists hold only namespaced objects whose namespace this accepts
     # (cluster-scoped ones always); None lists every namespace.
     namespace_scope: Callable[[str], bool] | None = None
@@ -138,17 +158,6 @@ class Cluster(abc.ABC):
         each object filed under ``key_of(object)``. False when the backend does not
         watch; then nothing changes."""
         return False
-
-    def watch_all(self, kinds: Iterable[str], labels: dict[str, str] | None,
-                  key_of: Callable[[dict], Hashable]) -> bool:
-        """``watch`` each kind; whether every one is watched."""
-        return all(self.watch(kind, labels, key_of) for kind in kinds)
-
-    def list_all(self, kinds: Iterable[str], labels: dict[str, str] | None,
-                 transforms: dict[str, Callable[[dict], dict]]) -> dict[str, list[dict]]:
-        """``list_objects`` of each kind (each transformed as ``transforms`` says)."""
-        return {kind: self.list_objects(kind, labels, transform=transforms.get(kind))
-                for kind in kinds}
 
     def changed_keys(self) -> set[Hashable] | None:
         """The keys of watched objects that changed since the last call; None when

@@ -13,12 +13,12 @@ go in and come out as plain Kubernetes JSON, as on the simulator.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 from kubernetes.client import ApiClient
 
@@ -68,6 +68,8 @@ class KubeCluster(Cluster):
     (read-only commands). ``retry`` and ``timeout`` tune the transport.
     """
 
+    lists_side_by_side = True
+
     def __init__(self, context: str | None = None, *, api_client: ApiClient | None = None,
                  lease: bool = True, lease_namespace: str | None = None,
                  lease_name: str = LEASE_NAME,
@@ -85,6 +87,7 @@ class KubeCluster(Cluster):
         self._service_status_dropped = False  # the CRD prunes status.components.*.lifecycle
         self.page_size = PAGE_SIZE
         self.watches: Watches | None = None  # once watch() is called
+        self._watches_lock = threading.Lock()
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -131,8 +134,9 @@ class KubeCluster(Cluster):
         (``omegitops.cluster.kube.watches``); ``list_objects(kind, labels)`` answers
         from it from now on. A watch the account may not make falls back to a LIST per
         call, with a warning, once its first request is refused."""
-        if self.watches is None:
-            self.watches = Watches()
+        with self._watches_lock:  # kinds are watched side by side (side_by_side)
+            if self.watches is None:
+                self.watches = Watches()
         held = self.watches.get(kind, labels)
         if held is not None and held.running:
             return True
@@ -145,33 +149,6 @@ class KubeCluster(Cluster):
         self.watches.add(kind, watched)
         watched.start()
         return True
-
-    def watch_all(self, kinds: Iterable[str], labels: dict[str, str] | None,
-                  key_of: Callable[[dict], Hashable]) -> bool:
-        """``watch`` the kinds at once: their first LISTs run side by side (see
-        ``list_all``)."""
-        if self.watches is None:
-            self.watches = Watches()
-        return all(self._side_by_side(
-            {kind: (self.watch, kind, labels, key_of) for kind in kinds}).values())
-
-    def list_all(self, kinds: Iterable[str], labels: dict[str, str] | None,
-                 transforms: dict[str, Callable[[dict], dict]]) -> dict[str, list[dict]]:
-        """Each kind's LIST in a thread of its own, as each informer of a controller lists
-        in its own goroutine: the API server encodes one kind's pages while this process
-        decodes another's, and a pass waits for its longest LIST, not for their sum."""
-        return self._side_by_side({kind: (self.list_objects, kind, labels, None,
-                                          transforms.get(kind)) for kind in kinds})
-
-    @staticmethod
-    def _side_by_side(calls: dict[str, tuple]) -> dict[str, Any]:
-        """Each call in a thread of its own; their results by key, or the first error
-        (in the calls' order) once every call has ended."""
-        if len(calls) < 2:
-            return {key: call[0](*call[1:]) for key, call in calls.items()}
-        with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="list") as pool:
-            futures = {key: pool.submit(*call) for key, call in calls.items()}
-        return {key: future.result() for key, future in futures.items()}
 
     def stop_watching(self) -> None:
         """End the watch threads. The lists stay readable, as they were when the watches
