@@ -43,6 +43,7 @@ from omegitops.cluster.sim.store import FileLock, fresh_state, load_state, save_
 from omegitops.cluster.sim.timeline import Timeline
 from omegitops.cluster.times import format_time, parse_time, to_datetime
 from omegitops.errors import ClusterError
+from omegitops.gcpause import gc_paused
 
 DEFAULT_GRACE_SECONDS = 30
 CLUSTER_SCOPED = {base.NODE}
@@ -65,8 +66,11 @@ def clone(value):
 
 
 def clone_all(values: list[dict]) -> list[dict]:
-    """Copies of many JSON objects at once: marshal's C round trip beats any Python walk."""
-    return marshal.loads(marshal.dumps(values))
+    """Copies of many JSON objects at once: marshal's C round trip beats any Python walk.
+    With the collector paused, as the kube backend decodes a LIST: the copies' millions
+    of allocations would set off full collections of the whole simulated cluster."""
+    with gc_paused():
+        return marshal.loads(marshal.dumps(values))
 
 
 def _labels_match(obj: dict, labels: dict[str, str] | None) -> bool:
