@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import yaml
-from conftest import JOB_NAMESPACE, PIPELINES, REPO_ROOT
+from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES, REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 
@@ -252,8 +252,6 @@ def test_one_pass_with_a_report_lists_each_kind_once_and_only_warning_events(
     are Warnings, chosen by the API server. (A LIST answered 429, as the API server
     answers while a kind's watch cache is still starting, is tried again: counted are
     the LISTs answered.)"""
-    from conftest import JOB_USER
-
     cp, ns = control_plane, job_namespace
     repo = small_repo(tmp_path, ns)
     since = cp.audit_offset()
