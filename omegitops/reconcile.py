@@ -99,8 +99,10 @@ def observed_kinds(cluster: Cluster) -> list[str]:
     return kinds + [POD_GROUP] if cluster.has_kind(POD_GROUP) else kinds
 
 
-# What a pass keeps of each object of a kind (the others whole): applied as each LIST
-# page is read, and again, idempotent, when a watched list is filed.
+# What a pass keeps of each object of a kind (the others whole), cut as each LIST page
+# is read (or as a watched list is read): a pod only the spec fields it reads, so the
+# fleet's pods held for the pass are half the size; a revision its templates and runtime
+# config as bytes until read (lifecycle/revisions.py).
 KEPT = {POD: trim_pod, CONTROLLER_REVISION: pack_revision}
 
 
@@ -110,8 +112,8 @@ def observe(cluster: Cluster) -> Observation:
     kinds = observed_kinds(cluster)
     if POD_GROUP in kinds:
         seen.podgroups = {}
-    # Each page is cut down to what a pass keeps as it is read (see _file), so the whole
-    # of a large LIST is never held at once.
+    # Each page is cut down to what a pass keeps as it is read (KEPT), so the whole of a
+    # large LIST is never held at once.
     listed = side_by_side({kind: partial(cluster.list_objects, kind, MANAGED,
                                          transform=KEPT.get(kind)) for kind in kinds},
                           threads=cluster.lists_side_by_side)
@@ -133,24 +135,22 @@ def observe_keys(cluster: Cluster, seen: Observation, keys: set[tuple[str, str, 
         # Where Observation.component looks the replica up, and the planner names it.
         seen.replicas.pop((namespace, replica_name(isvc, component)), None)
     for kind in observed_kinds(cluster):
-        _file(seen, kind, cluster.list_keyed(kind, MANAGED, keys))
+        _file(seen, kind, cluster.list_keyed(kind, MANAGED, keys, KEPT.get(kind)))
 
 
 def _file(seen: Observation, kind: str, objects: list[dict]) -> None:
-    """Put listed objects of one kind where ``Observation.component`` looks for them."""
+    """Put listed objects of one kind, as KEPT cut them, where ``Observation.component``
+    looks for them."""
     if kind == POD:
         for pod in objects:
-            # What a pass keeps of a pod: only what it reads (trim_pod), on both
-            # backends, so that the fleet's pods held for the pass are half the size.
-            seen.pods.setdefault(owner_key(pod), []).append(trim_pod(pod))
+            seen.pods.setdefault(owner_key(pod), []).append(pod)
     elif kind == INFERENCE_REPLICA:
         for replica in objects:
             meta = replica["metadata"]
             seen.replicas[(meta.get("namespace", ""), meta["name"])] = replica
     elif kind == CONTROLLER_REVISION:
         for revision in objects:
-            # Templates and runtime config as bytes until read (lifecycle/revisions.py).
-            seen.revisions.setdefault(owner_key(revision), []).append(pack_revision(revision))
+            seen.revisions.setdefault(owner_key(revision), []).append(revision)
     elif kind == SERVICE:
         for service in objects:
             seen.services.setdefault(owner_key(service), {})[service["metadata"]["name"]] = service

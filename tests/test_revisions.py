@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 
 import pytest
 
@@ -376,6 +377,17 @@ def test_an_observed_revision_keeps_its_data_packed_until_read():
     assert stored_runtime_config([packed], "svc-engine-1") == data["runtimeConfig"]
     assert stored_templates([packed], "other") is None
     assert revision_data({"metadata": {"name": "x"}}) == {}
+
+
+def test_packed_data_marshal_cannot_take_is_kept_and_copied():
+    """A value JSON has no type for (a date YAML read) is never validated into templates;
+    were one there, packing would keep it rather than stop the run."""
+    value = {"when": datetime.date(2026, 12, 2), "list": [1, "a"]}
+    packed = Packed(value)
+    first, second = packed.unpack(), packed.unpack()
+    assert first == value == second and first is not second
+    assert first["list"] is not value["list"]
+    assert Packed({"a": [1]}) == Packed({"a": [1]}) != Packed({"a": [2]})
 
 
 def test_a_held_instance_is_rebuilt_at_its_revision_from_packed_data(tmp_path):

@@ -164,9 +164,10 @@ class Cluster(abc.ABC):
         that is not known (no watches, or a watch had to list again)."""
         return None
 
-    def list_keyed(self, kind: str, labels: dict[str, str] | None,
-                   keys: Iterable[Hashable]) -> list[dict]:
-        """The objects of a watched ``list_objects(kind, labels)`` filed under ``keys``."""
+    def list_keyed(self, kind: str, labels: dict[str, str] | None, keys: Iterable[Hashable],
+                   transform: Callable[[dict], dict] | None = None) -> list[dict]:
+        """The objects of a watched ``list_objects(kind, labels)`` filed under ``keys``,
+        each transformed as ``list_objects`` does."""
         raise NotImplementedError(f"{kind} is not watched")
 
     def stop_watching(self) -> None:
@@ -238,7 +239,8 @@ class Cluster(abc.ABC):
         ``transform`` is applied to each object as it is read, before the next is (a
         LIST's page at a time), as client-go's informer transforms are: a caller that
         keeps part of each object never holds the whole list at once. It must not
-        change its argument. A watched list answers whole (``watch``)."""
+        change its argument; a watched list answers with transformed copies, its store
+        staying whole."""
 
     @abc.abstractmethod
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:

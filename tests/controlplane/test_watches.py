@@ -25,7 +25,14 @@ from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA, POD, 
 from omegitops.cluster.kube import KubeCluster
 from omegitops.cluster.kube.resources import RESOURCES
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC
-from omegitops.reconcile import MANAGED, owner_key
+from omegitops.reconcile import (
+    MANAGED,
+    Observation,
+    observe,
+    observe_keys,
+    observed_kinds,
+    owner_key,
+)
 from tests.fleet import write_service
 
 _names = itertools.count()
@@ -83,6 +90,29 @@ def test_a_change_by_someone_else_reaches_the_store_and_names_its_component(
     core.create_namespaced_pod(namespace, unlabelled)
     time.sleep(1)
     assert "not-managed" not in _names_in(job, namespace)
+
+
+def test_a_watched_list_is_read_as_a_pass_keeps_it_and_its_store_stays_whole(
+        namespace, job):
+    """A pass reads a watched kind cut as it keeps it (observe and observe_keys), while
+    the store, and plain reads of it, keep each object whole."""
+    assert all(job.watch(kind, MANAGED, owner_key) for kind in observed_kinds(job))
+    job.create_pod(_pod(namespace, "kept"))
+    key = (namespace, "svc", "engine")
+    whole = [p for p in job.list_objects(POD, MANAGED) if p["metadata"]["name"] == "kept"]
+    assert whole[0]["spec"]["containers"][0]["image"] == "busybox:1"
+    assert "dnsPolicy" in whole[0]["spec"]  # defaulted by the API server, never read
+    for seen in (observe(job), _observed_keys(job, key)):
+        (pod,) = seen.pods[key]
+        assert "dnsPolicy" not in pod["spec"]
+        assert pod["spec"]["containers"] == [{"name": "main", "image": "busybox:1"}]
+    assert "dnsPolicy" in job.list_keyed(POD, MANAGED, [key])[0]["spec"]
+
+
+def _observed_keys(cluster: KubeCluster, key) -> Observation:
+    seen = Observation()
+    observe_keys(cluster, seen, {key})
+    return seen
 
 
 def test_the_runs_own_writes_are_in_the_store_before_their_events(namespace, job):

@@ -161,12 +161,12 @@ class KubeCluster(Cluster):
             return None
         return self.watches.changes.take()
 
-    def list_keyed(self, kind: str, labels: dict[str, str] | None,
-                   keys: Iterable[Hashable]) -> list[dict]:
+    def list_keyed(self, kind: str, labels: dict[str, str] | None, keys: Iterable[Hashable],
+                   transform: Callable[[dict], dict] | None = None) -> list[dict]:
         watched = self.watches.get(kind, labels) if self.watches is not None else None
         if watched is None:
             raise NotImplementedError(f"{kind} is not watched")
-        return watched.items(keys)
+        return _transformed(watched.items(keys), transform)
 
     def wait_for_change(self, seconds: float) -> bool:
         """Wait until a watched object changes or ``seconds`` pass, renewing the Lease;
@@ -307,7 +307,7 @@ class KubeCluster(Cluster):
         watched = self.watches.get(kind, labels) \
             if self.watches is not None and not fields else None
         if watched is not None:
-            return watched.items()
+            return _transformed(watched.items(), transform)
         resource = self._resource(kind)
         try:
             try:
@@ -349,7 +349,7 @@ class KubeCluster(Cluster):
             # next page is read.
             page = (resource.fill_type(item) for item in found.pop("items", None) or []
                     if self.in_scope(item))
-            items.extend(map(transform, page) if transform else page)
+            items.extend(_transformed(page, transform))
             meta = found.get("metadata") or {}
             version = version or meta.get("resourceVersion") or ""
             token = meta.get("continue")
@@ -519,6 +519,11 @@ class KubeCluster(Cluster):
         return self._remember(resource, resource.fill_type(self.rest.request(
             "PATCH", resource.path(namespace, name, subresource), body=patch,
             content_type=content_type, what=resource.object_id(namespace, name))))
+
+
+def _transformed(objects: Iterable[dict], transform: Callable[[dict], dict] | None
+                 ) -> list[dict]:
+    return [transform(o) for o in objects] if transform else list(objects)
 
 
 def _kept(stored: dict, component: str, lifecycle_status: dict) -> bool:
