@@ -17,7 +17,7 @@ Two more are written by hand below, because no CRD describes them:
 
 Usage::
 
-    python schemas/generate.py [--crds ../shared/ome/crds] [--out schemas] [--check]
+    python schemas/generate.py [--crds ../shared/ome/crds] [--out omegitops/schemas] [--check]
 
 The output is deterministic (sorted keys, stable ``$defs`` names), so running the
 script twice gives byte-identical files and ``--check`` can guard them in CI.
@@ -42,8 +42,10 @@ ID_BASE = "https://omegitops.ome.io/schemas/"
 SERVED_VERSION = "v1beta1"
 API_VERSION = "ome.io/v1beta1"
 
-SCHEMAS_DIR = Path(__file__).resolve().parent
-REPO_ROOT = SCHEMAS_DIR.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# The schemas are package data (the wheel and the image carry them); schemas/ links to
+# each of them for readers of the repository.
+SCHEMAS_DIR = REPO_ROOT / "omegitops" / "schemas"
 # The OME material sits beside the repository: /work/shared/ome for /work/main.
 DEFAULT_CRDS = REPO_ROOT.parent / "shared" / "ome" / "crds"
 

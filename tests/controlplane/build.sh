@@ -14,6 +14,12 @@ key="$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)"
 bin="$cache/$key/bin"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok)
 
+# One build at a time on a machine: a second caller (another test session, a
+# benchmark) waits here for the first to finish, then finds the cache complete.
+mkdir -p "$cache"
+exec 9>"$cache/build.lock"
+flock 9
+
 complete() {
   for name in "${binaries[@]}"; do [ -x "$bin/$name" ] || return 1; done
 }
