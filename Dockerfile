@@ -3,11 +3,27 @@
 #
 #   docker build -t ghcr.io/omegitops/omegitops:0.1.0 .
 #
+# Releases are built by .github/workflows/release.yml from a tag vX.Y.Z.
+#
 # The jobs in pipelines/ run it as `omegitops reconcile ...` with a read-only
 # root filesystem, an emptyDir at /work (the clone) and /tmp.
 
-# A fixed Python patch release on a fixed Debian release; bump it on purpose.
-FROM python:3.11.11-slim-bookworm
+# A fixed Python patch release on a fixed Debian release, pinned by the digest of
+# its multi-platform index, so that a re-pushed tag changes nothing. Bump it on
+# purpose: `docker buildx imagetools inspect python:3.11.11-slim-bookworm` (or
+# `crane digest python:3.11.11-slim-bookworm`) prints the new digest.
+# BASE_IMAGE is an argument only so that a build without a registry (the tests
+# build a Debian base of their own, tests/controlplane/node/images.sh) can name
+# another base; releases use this default.
+ARG BASE_IMAGE=python:3.11.11-slim-bookworm@sha256:081075da77b2b55c23c088251026fb69a7b2bf92471e491ff5fd75c192fd38e5
+FROM ${BASE_IMAGE}
+
+# The release's version (the git tag without its "v"), set by .github/workflows/release.yml.
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="omegitops" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="https://github.com/omegitops/omegitops" \
+      org.opencontainers.image.licenses="Apache-2.0"
 
 # No .pyc files in the read-only image, logs unbuffered, pip quiet and offline
 # of its own version check. Git never prompts: a missing credential fails the

@@ -576,7 +576,12 @@ def dockerfile_uid() -> int:
 def test_image_is_pinned_non_root_and_runs_omegitops():
     instructions = dockerfile_instructions()
     (base,) = [args for op, args in instructions if op == "FROM"]
-    assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?(@sha256:[0-9a-f]{64})?", base), base
+    assert base == "${BASE_IMAGE}", base
+    # Before the FROM, the base's default: a release pinned by digest.
+    (default,) = [args for op, args in instructions[:instructions.index(("FROM", base))]
+                  if op == "ARG" and args.startswith("BASE_IMAGE=")]
+    assert re.fullmatch(r"BASE_IMAGE=python:3\.11\.\d+-slim-\w+@sha256:[0-9a-f]{64}",
+                        default), default
     assert dockerfile_uid() != 0
     entrypoints = [args for op, args in instructions if op == "ENTRYPOINT"]
     assert entrypoints and json.loads(entrypoints[-1]) == ["omegitops"]

@@ -266,3 +266,24 @@ def test_plan_keeps_one_sticky_comment():
     # The plan is read from the file, never interpolated into the script.
     assert "readFileSync('comment.md'" in script
     assert "${{" not in script
+
+
+# -- release.yml -----------------------------------------------------------------------
+
+
+def test_a_release_builds_from_a_version_tag_the_image_the_pipelines_run():
+    release = workflow("release.yml")
+    assert release["on"] == {"push": {"tags": ["v*.*.*"]}}
+    (job,) = release["jobs"].values()
+    assert job["permissions"] == {"contents": "write", "packages": "write"}
+    script = "\n".join(step.get("run", "") for step in job["steps"])
+    # The tag must be pyproject's version, and the pipelines must name its image.
+    assert 'tag="${GITHUB_REF_NAME#v}"' in script and '"$tag" != "$version"' in script
+    assert 'grep -rqF "${IMAGE}:${version}" pipelines/' in script
+    assert "python3 -m build" in script and "docker push" in script
+    assert 'validate --repo /repo' in script, "the released image is run before it is pushed"
+    version = re.search(r'^version = "(.+)"$', (REPO_ROOT / "pyproject.toml").read_text(),
+                        re.MULTILINE).group(1)
+    images = set(re.findall(r"image:\s*(\S+)", "\n".join(
+        p.read_text() for p in (REPO_ROOT / "pipelines").rglob("*.yaml"))))
+    assert images == {f"{job['env']['IMAGE']}:{version}"}

@@ -1,0 +1,3 @@
+module omegitops.test/pause
+
+go 1.26.0
