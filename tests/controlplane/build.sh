@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane that the control-plane tests run on:
 # kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes),
-# etcd (go.etcd.io/etcd/server/v3) and KWOK (sigs.k8s.io/kwok), all from the Go
+# etcd (go.etcd.io/etcd/server/v3) and KWOK (sigs.k8s.io/kwok), and the real
+# node's kubelet and kube-proxy (the same k8s.io/kubernetes), all from the Go
 # module proxy, at the versions go.mod and go.sum beside this script pin.
 #
 # The binaries go to a cache keyed by go.sum, so a machine builds them once:
@@ -12,7 +13,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cache="${OMEGITOPS_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/omegitops/controlplane}"
 key="$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)"
 bin="$cache/$key/bin"
-binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok kubelet kube-proxy)
 
 # One build at a time on a machine: a second caller (another test session, a
 # benchmark) waits here for the first to finish, then finds the cache complete.
@@ -47,6 +48,8 @@ CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kubelet \
+  k8s.io/kubernetes/cmd/kube-proxy \
   sigs.k8s.io/kwok/cmd/kwok
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" go.etcd.io/etcd/server/v3
 rm -rf "$bin"

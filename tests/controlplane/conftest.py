@@ -57,6 +57,21 @@ def build_control_plane() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def install_omegitops(cp: ControlPlane, nodes: int = NODES) -> None:
+    """KWOK's GPU nodes, OME's CRDs (when ../shared has them), the InferenceReplica and
+    PodGroup CRDs, the job's namespace and the RBAC of ``pipelines/``."""
+    cp.add_nodes(nodes, gpus=GPUS)
+    if OME_CRDS.is_dir():
+        cp.apply_files(sorted(OME_CRDS.glob("*.yaml")))
+        cp.ome_crds = True
+    cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml",
+                    module_dir(SCHEDULER_PLUGINS) / "config" / "crd" / "bases"
+                    / "scheduling.x-k8s.io_podgroups.yaml"])
+    cp.create_namespace(JOB_NAMESPACE)
+    cp.apply_file(PIPELINES / "rbac.yaml")
+    cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
+
+
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory):
     if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip":
@@ -64,17 +79,42 @@ def control_plane(tmp_path_factory):
     bin_dir = build_control_plane()
     workdir = tmp_path_factory.mktemp("controlplane")
     with ControlPlane(bin_dir, workdir) as cp:
-        cp.add_nodes(NODES, gpus=GPUS)
-        if OME_CRDS.is_dir():
-            cp.apply_files(sorted(OME_CRDS.glob("*.yaml")))
-            cp.ome_crds = True
-        cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml",
-                        module_dir(SCHEDULER_PLUGINS) / "config" / "crd" / "bases"
-                        / "scheduling.x-k8s.io_podgroups.yaml"])
-        cp.create_namespace(JOB_NAMESPACE)
-        cp.apply_file(PIPELINES / "rbac.yaml")
-        cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
+        install_omegitops(cp)
         yield cp
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory):
+    """A control plane of its own with a real node beside four KWOK nodes (realnode.py):
+    the images the Dockerfile and node/images.sh build, run by a kubelet. Its pods reach
+    the API server at the ``kubernetes`` Service and ``cp.git`` (a git daemon) by
+    address. Needs root (skipped otherwise, with the reason); installs what it needs
+    from Debian when missing. ``OMEGITOPS_NODE=skip`` leaves it out."""
+    if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip":
+        pytest.skip("OMEGITOPS_CONTROLPLANE=skip")
+    if os.environ.get("OMEGITOPS_NODE") == "skip":
+        pytest.skip("OMEGITOPS_NODE=skip")
+    if sys.platform != "linux" or os.geteuid() != 0:
+        pytest.skip("a real node needs root on Linux (containerd, iptables, a bridge)")
+    from realnode import GitDaemon, PodNetwork, RealNode, build_images
+
+    installed = subprocess.run(["bash", str(HERE / "node" / "install.sh")], check=False,
+                               capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    bin_dir = build_control_plane()
+    images = build_images()
+    workdir = tmp_path_factory.mktemp("nodecluster")
+    network = PodNetwork()
+    network.create()
+    try:
+        with ControlPlane(bin_dir, workdir, pod_network_gateway=network.gateway) as cp:
+            install_omegitops(cp, nodes=4)
+            with RealNode(cp, network, images) as node, \
+                    GitDaemon(workdir / "git", network.gateway) as daemon:
+                cp.node, cp.git, cp.images = node, daemon, images
+                yield cp
+    finally:
+        network.delete()
 
 
 _namespaces = itertools.count()

@@ -53,6 +53,9 @@ FAULT_ANNOTATION = "faults.omegitops.io/kind"
 NODE_LEASE_SECONDS = 10
 NODE_MONITOR_GRACE = "20s"
 EVICTION_TOLERATION_SECONDS = 30
+SERVICE_CIDR = "10.96.0.0/16"
+# The ``kubernetes`` Service's address: the first of the range.
+SERVICE_IP = "10.96.0.1"
 
 
 class ControlPlaneError(RuntimeError):
@@ -107,6 +110,10 @@ class ControlPlane:
     # noticed fast; a benchmark with many nodes takes Kubernetes' defaults (40 s, 50 s).
     node_lease_seconds: int = NODE_LEASE_SECONDS
     node_monitor_grace: str = NODE_MONITOR_GRACE
+    # The address pods reach the API server at (a real node's bridge, realnode.py):
+    # the API server then answers there too, and advertises it as the ``kubernetes``
+    # Service's endpoint. None: loopback only, for KWOK's nodes alone.
+    pod_network_gateway: str | None = None
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -200,7 +207,7 @@ class ControlPlane:
         self.audit_log = self.workdir / "audit.log"
         process = self._start("kube-apiserver", [
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            *self._addresses(),
             f"--secure-port={self.api_port}",
             f"--tls-cert-file={self.pki / 'apiserver.crt'}",
             f"--tls-private-key-file={self.pki / 'apiserver.key'}",
@@ -212,7 +219,7 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={self.pki / 'sa.pub'}",
             f"--service-account-signing-key-file={self.pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
             f"--default-not-ready-toleration-seconds={EVICTION_TOLERATION_SECONDS}",
             f"--default-unreachable-toleration-seconds={EVICTION_TOLERATION_SECONDS}",
@@ -220,6 +227,15 @@ class ControlPlane:
             "--enable-priority-and-fairness=false",
         ])
         self._wait(process, self._readyz, 90)
+
+    def _addresses(self) -> list[str]:
+        if not self.pod_network_gateway:
+            return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"]
+        # One listening address only, or all: all, so that the tests keep loopback and
+        # pods reach the gateway (nothing outside this machine routes to either). Logs
+        # are fetched from a node at its InternalIP (its name resolves nowhere).
+        return ["--bind-address=0.0.0.0", f"--advertise-address={self.pod_network_gateway}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname"]
 
     def _flags(self, name: str) -> list[str]:
         kubeconfig = f"--kubeconfig={self.admin_kubeconfig}"
@@ -280,9 +296,13 @@ class ControlPlane:
 
         run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
             "/CN=omegitops-test-ca", "-keyout", "ca.key", "-out", "ca.crt")
+        names = ["IP:127.0.0.1", "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
+                 "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local",
+                 f"IP:{SERVICE_IP}"]
+        if self.pod_network_gateway:
+            names.append(f"IP:{self.pod_network_gateway}")
         (self.pki / "san.cnf").write_text(
-            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
-            "extendedKeyUsage=serverAuth\n")
+            f"subjectAltName={','.join(names)}\nextendedKeyUsage=serverAuth\n")
         run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
             "-keyout", "apiserver.key", "-out", "apiserver.csr")
         run("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",

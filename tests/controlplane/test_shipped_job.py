@@ -1,0 +1,236 @@
+"""The job as users install it: the image built from the Dockerfile, run by a real
+kubelet (realnode.py) as the CronJob's pod, with in-cluster credentials, the shipped
+security context, emptyDir scratch space and a git remote over the network.
+
+Slow (a control plane and a node of their own, and the images' builds when they are
+not cached): marked ``node``; the README's test command runs them with the rest.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import JOB_NAMESPACE, PIPELINES, REPO_ROOT
+from kubernetes import client as k8s
+from realnode import NODE_NAME
+
+pytestmark = pytest.mark.node
+
+EXAMPLES = REPO_ROOT / "examples"
+ON_THE_NODE = {"kubernetes.io/hostname": NODE_NAME}
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def pod_story(cp, namespace: str, pod: str) -> str:
+    """What ``kubectl describe`` and ``kubectl logs`` would show of a pod: its phase,
+    its containers' states, its events and its log (fetched from the kubelet through
+    the API server)."""
+    core = k8s.CoreV1Api(cp.admin)
+    lines = []
+    try:
+        live = core.read_namespaced_pod(pod, namespace)
+        lines.append(f"pod {namespace}/{pod}: {live.status.phase} on {live.spec.node_name}")
+        for status in live.status.container_statuses or []:
+            lines.append(f"  container {status.name}: {status.state}")
+    except k8s.ApiException as err:
+        lines.append(f"pod {namespace}/{pod}: {err.status} {err.reason}")
+    events = core.list_namespaced_event(namespace,
+                                        field_selector=f"involvedObject.name={pod}").items
+    lines += [f"  event {e.type} {e.reason}: {e.message}" for e in events]
+    try:
+        lines.append("--- kubectl logs ---")
+        lines.append(core.read_namespaced_pod_log(pod, namespace, container=None))
+    except k8s.ApiException as err:
+        lines.append(f"(no log: {err.status} {err.reason} {err.body})")
+    return "\n".join(lines)
+
+
+def wait_for_pod(cp, namespace: str, name: str, seconds: float) -> str:
+    core = k8s.CoreV1Api(cp.admin)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        cp.check()
+        cp.node.check()
+        phase = core.read_namespaced_pod(name, namespace).status.phase
+        if phase in ("Succeeded", "Failed"):
+            return phase
+        time.sleep(0.5)
+    raise AssertionError(f"pod {name} still running after {seconds} s:\n"
+                         + pod_story(cp, namespace, name))
+
+
+# -- the image ----------------------------------------------------------------------------
+
+
+def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path):
+    """``omegitops validate --repo examples`` in the image, started by the kubelet under
+    the CronJob's own security context. Before the schemas were package data it died
+    with FileNotFoundError on the first schema."""
+    cp = node_cluster
+    cronjob = yaml.safe_load((PIPELINES / "cronjob.yaml").read_text())
+    template = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    shipped = template["containers"][0]
+    # The examples reach the pod as a read-only host folder the job's user can read.
+    examples = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, examples)
+    subprocess.run(["chmod", "-R", "a+rX", str(tmp_path)], check=True)
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "validate-examples", "namespace": JOB_NAMESPACE},
+        "spec": {
+            "restartPolicy": "Never", "nodeSelector": ON_THE_NODE,
+            "securityContext": template["securityContext"],
+            "automountServiceAccountToken": False,
+            "containers": [{
+                "name": "omegitops", "image": shipped["image"],
+                "imagePullPolicy": shipped["imagePullPolicy"],
+                "args": ["validate", "--repo", "/examples"],
+                "securityContext": shipped["securityContext"],
+                "volumeMounts": [{"name": "examples", "mountPath": "/examples",
+                                  "readOnly": True},
+                                 {"name": "tmp", "mountPath": "/tmp"}],
+            }],
+            "volumes": [{"name": "examples", "hostPath": {"path": str(examples),
+                                                          "type": "Directory"}},
+                        {"name": "tmp", "emptyDir": {}}],
+        },
+    }
+    k8s.CoreV1Api(cp.admin).create_namespaced_pod(JOB_NAMESPACE, pod)
+    try:
+        phase = wait_for_pod(cp, JOB_NAMESPACE, "validate-examples", 120)
+        story = pod_story(cp, JOB_NAMESPACE, "validate-examples")
+        assert phase == "Succeeded", story
+        assert "0 errors" in story, story
+    finally:
+        cp.delete("v1", "Pod", JOB_NAMESPACE, "validate-examples", grace_period_seconds=0)
+
+
+# -- the CronJob --------------------------------------------------------------------------
+
+
+def examples_remote(cp, name: str) -> tuple[str, Path]:
+    """The examples as the main branch of a repository the git daemon serves, with the
+    warm-up windows cut to seconds (the examples wait 15 and 20 minutes)."""
+    work = cp.git.root.parent / f"{name}-work"
+    shutil.copytree(EXAMPLES, work)
+    for path in work.rglob("*.yaml"):
+        text = path.read_text()
+        path.write_text(text.replace("minReadySeconds: 1200", "minReadySeconds: 2")
+                        .replace("minReadySeconds: 900", "minReadySeconds: 2"))
+    git("init", "-q", "-b", "main", cwd=work)
+    git("add", "-A", cwd=work)
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "examples",
+        cwd=work)
+    bare = cp.git.root / f"{name}.git"
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=work.parent)
+    # The daemon runs as root and the pushes come from it: no permission to fix.
+    return cp.git.url(f"{name}.git"), bare
+
+
+def shipped_cronjob(repo_url: str, max_seconds: str) -> dict:
+    """pipelines/cronjob.yaml as shipped, but for the repository's URL, the run's
+    budget and a node selector for the real node."""
+    cronjob = yaml.safe_load((PIPELINES / "cronjob.yaml").read_text())
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    pod["nodeSelector"] = ON_THE_NODE
+    env = pod["containers"][0]["env"]
+    for var in env:
+        if var["name"] == "REPO_URL":
+            var["value"] = repo_url
+        elif var["name"] == "MAX_SECONDS":
+            var["value"] = max_seconds
+    return cronjob
+
+
+def job_from_cronjob(cronjob: dict, name: str) -> dict:
+    """A Job made from the CronJob's template, as ``kubectl create job --from=cronjob/``
+    makes one (no waiting for the schedule)."""
+    template = copy.deepcopy(cronjob["spec"]["jobTemplate"])
+    metadata = template.get("metadata") or {}
+    metadata.update({"name": name, "namespace": cronjob["metadata"]["namespace"],
+                     "annotations": {"cronjob.kubernetes.io/instantiate": "manual"}})
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
+            "spec": template["spec"]}
+
+
+def run_job(cp, job: dict, seconds: float) -> str:
+    """Create the Job, wait until it finishes; returns its pod's story."""
+    batch = k8s.BatchV1Api(cp.admin)
+    batch.create_namespaced_job(JOB_NAMESPACE, job)
+    name = job["metadata"]["name"]
+    deadline = time.monotonic() + seconds
+    while True:
+        cp.check()
+        cp.node.check()
+        status = batch.read_namespaced_job(name, JOB_NAMESPACE).status
+        conditions = {c.type: c.status for c in status.conditions or []}
+        if conditions.get("Complete") == "True" or conditions.get("Failed") == "True":
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    pods = k8s.CoreV1Api(cp.admin).list_namespaced_pod(
+        JOB_NAMESPACE, label_selector=f"job-name={name}").items
+    story = "\n".join(pod_story(cp, JOB_NAMESPACE, p.metadata.name) for p in pods)
+    assert conditions.get("Complete") == "True", (
+        f"job {name}: {conditions or 'still running'}\n{story}")
+    (pod,) = pods
+    assert pod.spec.node_name == NODE_NAME
+    return story
+
+
+@pytest.fixture
+def examples_in_node_cluster(node_cluster):
+    cp = node_cluster
+    if not cp.ome_crds:
+        pytest.skip("OME's CRDs are not here (../shared/ome/crds is absent)")
+    namespaces = [d["metadata"]["name"] for d in
+                  yaml.safe_load_all((EXAMPLES / "namespaces.yaml").read_text()) if d]
+    for namespace in namespaces:
+        cp.create_namespace(namespace, wait=True)
+    cp.apply_files(sorted((EXAMPLES / "runtimes").glob("*.yaml"))
+                   + sorted((EXAMPLES / "services").rglob("*.yaml")), validation="Ignore")
+    cp.apply({"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "omegitops-git", "namespace": JOB_NAMESPACE},
+              "stringData": {"username": "omegitops", "token": "unused-by-git-daemon"}})
+    yield cp, namespaces
+    for namespace in namespaces:
+        cp.delete("v1", "Namespace", None, namespace)
+
+
+def test_the_shipped_cronjob_brings_the_examples_to_ready_and_pushes_its_report(
+        examples_in_node_cluster):
+    cp, namespaces = examples_in_node_cluster
+    url, remote = examples_remote(cp, "examples")
+    cronjob = shipped_cronjob(url, max_seconds="240")
+    cp.apply(cronjob)
+
+    story = run_job(cp, job_from_cronjob(cronjob, "omegitops-manual-1"), seconds=420)
+
+    replicas = cp.list("ome.io/v1beta1", "InferenceReplica")
+    assert replicas, f"no InferenceReplica was written\n{story}"
+    for replica in replicas:
+        status, spec = replica["status"], replica["spec"]
+        assert status["readyReplicas"] == spec["replicas"], (replica["metadata"], status)
+    pods = [p for ns in namespaces for p in cp.list("v1", "Pod", ns)]
+    assert pods and all(p["spec"]["nodeName"] != NODE_NAME for p in pods), \
+        "the fleet's pods belong on KWOK's GPU nodes"
+    assert all(any(c["type"] == "Ready" and c["status"] == "True"
+                   for c in p["status"]["conditions"]) for p in pods)
+    log = git("log", "--format=%s", "main", cwd=remote).splitlines()
+    assert len(log) == 2, log
+    assert git("show", "main:status/status.json", cwd=remote)
+
+    # The next scheduled run finds nothing to do and writes nothing.
+    run_job(cp, job_from_cronjob(cronjob, "omegitops-manual-2"), seconds=300)
+    assert git("log", "--format=%s", "main", cwd=remote).splitlines() == log
