@@ -85,7 +85,7 @@ def control_plane(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def node_cluster(tmp_path_factory):
-    """A control plane of its own with a real node beside four KWOK nodes (realnode.py):
+    """A control plane of its own with a real node beside KWOK's nodes (realnode.py):
     the images the Dockerfile and node/images.sh build, run by a kubelet. Its pods reach
     the API server at the ``kubernetes`` Service and ``cp.git`` (a git daemon) by
     address. Needs root (skipped otherwise, with the reason); installs what it needs
@@ -108,7 +108,7 @@ def node_cluster(tmp_path_factory):
     network.create()
     try:
         with ControlPlane(bin_dir, workdir, pod_network_gateway=network.gateway) as cp:
-            install_omegitops(cp, nodes=4)
+            install_omegitops(cp)
             with RealNode(cp, network, images) as node, \
                     GitDaemon(workdir / "git", network.gateway) as daemon:
                 cp.node, cp.git, cp.images = node, daemon, images

@@ -221,7 +221,8 @@ def test_the_shipped_cronjob_brings_the_examples_to_ready_and_pushes_its_report(
     assert replicas, f"no InferenceReplica was written\n{story}"
     for replica in replicas:
         status, spec = replica["status"], replica["spec"]
-        assert status["readyReplicas"] == spec["replicas"], (replica["metadata"], status)
+        assert status["readyReplicas"] == spec["replicas"], (
+            f"{replica['metadata']['name']}: {status}\n{story}")
     pods = [p for ns in namespaces for p in cp.list("v1", "Pod", ns)]
     assert pods and all(p["spec"]["nodeName"] != NODE_NAME for p in pods), \
         "the fleet's pods belong on KWOK's GPU nodes"
