@@ -189,25 +189,6 @@ def run_job(cp, job: dict, seconds: float) -> str:
     return story
 
 
-@pytest.fixture
-def examples_in_node_cluster(node_cluster):
-    cp = node_cluster
-    if not cp.ome_crds:
-        pytest.skip("OME's CRDs are not here (../shared/ome/crds is absent)")
-    namespaces = [d["metadata"]["name"] for d in
-                  yaml.safe_load_all((EXAMPLES / "namespaces.yaml").read_text()) if d]
-    for namespace in namespaces:
-        cp.create_namespace(namespace, wait=True)
-    cp.apply_files(sorted((EXAMPLES / "runtimes").glob("*.yaml"))
-                   + sorted((EXAMPLES / "services").rglob("*.yaml")), validation="Ignore")
-    cp.apply({"apiVersion": "v1", "kind": "Secret",
-              "metadata": {"name": "omegitops-git", "namespace": JOB_NAMESPACE},
-              "stringData": {"username": "omegitops", "token": "unused-by-git-daemon"}})
-    yield cp, namespaces
-    for namespace in namespaces:
-        cp.delete("v1", "Namespace", None, namespace)
-
-
 def test_the_shipped_cronjob_brings_the_examples_to_ready_and_pushes_its_report(
         examples_in_node_cluster):
     cp, namespaces = examples_in_node_cluster

@@ -1,0 +1,127 @@
+"""Argo Workflows for real: ``pipelines/argo/`` applied unchanged to a cluster whose
+workflow-controller and executor are built from Argo's own module, each step a pod
+the real node's kubelet runs from the project's image (argoworkflows.py).
+
+A Workflow made from the CronWorkflow's spec (no waiting for the schedule) runs the
+one-job template; a sharded run over the examples' three namespaces runs N shard
+pods, each under its own Lease, passes their reports through the S3 artifact
+repository, and merges them into one commit.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from argoworkflows import wait_for_workflow, workflow_story
+from conftest import JOB_NAMESPACE, PIPELINES
+from kubernetes import client as k8s
+from realnode import NODE_NAME
+from test_shipped_job import ON_THE_NODE, examples_remote, git
+
+pytestmark = pytest.mark.node
+
+ARGO = PIPELINES / "argo"
+
+
+def document(path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture
+def argo_fleet(argo_cluster, examples_in_node_cluster):
+    """The examples in the API, and pipelines/argo/ and the executor's RBAC applied
+    as shipped."""
+    cp, namespaces = examples_in_node_cluster
+    cp.apply_files([PIPELINES / "rbac-argo-executor.yaml", *sorted(ARGO.glob("*.yaml"))])
+    cp.argo.s3_secret(JOB_NAMESPACE)
+    return cp, namespaces
+
+
+def submit(cp, spec: dict, name: str, parameters: dict[str, str]) -> dict:
+    """Create a Workflow of ``spec`` with its parameters set, its pods on the real
+    node (the Workflow's own nodeSelector: the templates stay as shipped)."""
+    spec = copy.deepcopy(spec)
+    arguments = spec.setdefault("arguments", {}).setdefault("parameters", [])
+    given = dict(parameters)
+    for parameter in arguments:
+        if parameter["name"] in given:
+            parameter["value"] = given.pop(parameter["name"])
+    arguments += [{"name": k, "value": v} for k, v in given.items()]
+    spec["nodeSelector"] = ON_THE_NODE
+    workflow = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                "metadata": {"name": name, "namespace": JOB_NAMESPACE}, "spec": spec}
+    return cp.apply(workflow)
+
+
+def finished(cp, name: str, seconds: float) -> dict:
+    workflow = wait_for_workflow(cp, JOB_NAMESPACE, name, seconds,
+                                 checks=(cp.node.check, cp.argo.check))
+    assert workflow["status"].get("phase") == "Succeeded", workflow_story(cp, workflow)
+    return workflow
+
+
+def step_pods(cp, workflow: str) -> dict[str, list]:
+    """The workflow's pods by template name."""
+    pods = k8s.CoreV1Api(cp.admin).list_namespaced_pod(
+        JOB_NAMESPACE, label_selector=f"workflows.argoproj.io/workflow={workflow}").items
+    by_template: dict[str, list] = {}
+    for pod in pods:
+        template = pod.metadata.annotations.get("workflows.argoproj.io/node-name", "")
+        name = next((c.name for c in pod.spec.containers if c.name == "main"), None)
+        assert name, pod.metadata.name
+        kind = "merge" if ".merge" in template else "shard" if ".shard" in template else template
+        by_template.setdefault(kind, []).append(pod)
+    return by_template
+
+
+def test_a_workflow_from_the_cronworkflow_reconciles_and_pushes(argo_fleet):
+    cp, _ = argo_fleet
+    url, remote = examples_remote(cp, "argo-one")
+    cron = document(ARGO / "cronworkflow.yaml")
+    submit(cp, cron["spec"]["workflowSpec"], "omegitops-reconcile-manual",
+           {"repo-url": url, "max-seconds": "240"})
+    finished(cp, "omegitops-reconcile-manual", 420)
+
+    pods = k8s.CoreV1Api(cp.admin).list_namespaced_pod(
+        JOB_NAMESPACE, label_selector="workflows.argoproj.io/workflow="
+        "omegitops-reconcile-manual").items
+    assert pods and all(p.spec.node_name == NODE_NAME for p in pods)
+    for replica in cp.list("ome.io/v1beta1", "InferenceReplica"):
+        assert replica["status"]["readyReplicas"] == replica["spec"]["replicas"], replica
+    assert len(git("log", "--format=%s", "main", cwd=remote).splitlines()) == 2
+    assert git("show", "main:status/status.json", cwd=remote)
+
+
+def test_a_sharded_run_fans_out_passes_reports_through_s3_and_commits_once(argo_fleet):
+    cp, namespaces = argo_fleet
+    url, remote = examples_remote(cp, "argo-sharded")
+    shards = len(namespaces)
+    template = document(ARGO / "workflowtemplate-sharded.yaml")
+    spec = {"workflowTemplateRef": {"name": template["metadata"]["name"]}}
+    submit(cp, spec, "omegitops-sharded-manual",
+           {"repo-url": url, "max-seconds": "240", "shards": str(shards)})
+    workflow = finished(cp, "omegitops-sharded-manual", 600)
+
+    pods = step_pods(cp, "omegitops-sharded-manual")
+    story = workflow_story(cp, workflow)
+    assert len(pods.get("shard", [])) == shards, (sorted(pods), story)
+    assert len(pods.get("merge", [])) == 1, (sorted(pods), story)
+    assert all(p.spec.node_name == NODE_NAME for group in pods.values() for p in group)
+    # Each shard under its own Lease, released at its exit.
+    for index in range(shards):
+        lease = cp.get("coordination.k8s.io/v1", "Lease", JOB_NAMESPACE,
+                       f"omegitops-shard-{index}")
+        assert lease is not None, f"shard {index} took no Lease"
+        assert not lease["spec"].get("holderIdentity"), lease["spec"]
+    # The reports went through the artifact repository, one folder a shard.
+    keys = cp.argo.objects()
+    for index in range(shards):
+        prefix = f"omegitops/omegitops-sharded-manual/reports/shard-{index}/"
+        assert any(k.startswith(prefix) and k.endswith("status.json") for k in keys), keys
+    # One commit: the merged report.
+    log = git("log", "--format=%s", "main", cwd=remote).splitlines()
+    assert len(log) == 2, log
+    report = git("show", "main:status/status.json", cwd=remote)
+    assert all(namespace in report for namespace in namespaces)
