@@ -27,6 +27,7 @@ from controlplane import ControlPlane, ControlPlaneError, Process, free_port
 from kubernetes import client as k8s
 
 HERE = Path(__file__).resolve().parent
+PIPELINES_README = HERE.parents[1] / "pipelines" / "README.md"
 ARGO_NAMESPACE = "argo"
 ARGO_VERSION = "v3.7.3"
 ARGO_MODULE = f"github.com/argoproj/argo-workflows/v3@{ARGO_VERSION}"
@@ -34,6 +35,15 @@ BUCKET = "omegitops-artifacts"
 # The artifact repository's keys: a Secret in each namespace whose workflows store
 # artifacts, as Argo's quick start makes one.
 S3_SECRET = "omegitops-artifacts-s3"
+
+
+def documented_executor() -> dict[str, str]:
+    """The controller's ``executor`` setting as pipelines/README.md gives it (the block
+    after its ``<!-- argo-executor -->`` marker): what Argo's own containers need to be
+    admitted under Pod Security ``restricted``."""
+    text = (PIPELINES_README).read_text()
+    block = text.split("<!-- argo-executor -->", 1)[1].split("```yaml\n", 1)[1]
+    return yaml.safe_load(block.split("```", 1)[0])
 
 
 def build_argo() -> tuple[Path, dict[str, str]]:
@@ -85,7 +95,7 @@ class ArgoWorkflows:
         self.cp.apply({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "workflow-controller-configmap", "namespace": ARGO_NAMESPACE},
-            "data": {"artifactRepository": yaml.safe_dump({"s3": {
+            "data": {**documented_executor(), "artifactRepository": yaml.safe_dump({"s3": {
                 "bucket": BUCKET, "endpoint": self.s3_endpoint, "insecure": True,
                 "accessKeySecret": {"name": S3_SECRET, "key": "accesskey"},
                 "secretKeySecret": {"name": S3_SECRET, "key": "secretkey"},

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client as k8s
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -112,6 +113,11 @@ def node_cluster(tmp_path_factory):
     try:
         with ControlPlane(bin_dir, workdir, pod_network_gateway=network.gateway) as cp:
             install_omegitops(cp)
+            # The job's namespace as a careful cluster keeps it: every pod there must
+            # meet the restricted Pod Security Standard (the CronJob's, Argo's).
+            k8s.CoreV1Api(cp.admin).patch_namespace(JOB_NAMESPACE, {"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest"}}})
             with RealNode(cp, network, images) as node, \
                     GitDaemon(workdir / "git", network.gateway) as daemon:
                 cp.node, cp.git, cp.images = node, daemon, images

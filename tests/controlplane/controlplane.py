@@ -472,11 +472,18 @@ class ControlPlane:
         self._dynamic = None  # discovery is cached: see the new kind
 
     def _resource(self, api_version: str, kind: str):
-        try:
-            return self.dynamic.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            self._dynamic = None
-            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        """The kind's API resource. A CRD's kind can be missing from discovery for a
+        while after the CRD is Established (the API server publishes it on its own
+        time), and the client caches discovery: look again, fresh, for up to 30 s."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return self.dynamic.resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError:
+                if time.monotonic() > deadline:
+                    raise
+                self.dynamic.resources.invalidate_cache()
+                time.sleep(0.5)
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
         resource = self._resource(api_version, kind)

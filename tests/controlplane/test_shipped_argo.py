@@ -11,12 +11,14 @@ repository, and merges them into one commit.
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
 from argoworkflows import wait_for_workflow, workflow_story
 from conftest import JOB_NAMESPACE, PIPELINES
 from kubernetes import client as k8s
+from kubernetes.dynamic.exceptions import DynamicApiError
 from realnode import NODE_NAME
 from test_shipped_job import ON_THE_NODE, examples_remote, git
 
@@ -92,6 +94,32 @@ def test_a_workflow_from_the_cronworkflow_reconciles_and_pushes(argo_fleet):
         assert replica["status"]["readyReplicas"] == replica["spec"]["replicas"], replica
     assert len(git("log", "--format=%s", "main", cwd=remote).splitlines()) == 2
     assert git("show", "main:status/status.json", cwd=remote)
+    # The job's namespace enforces Pod Security `restricted`: Argo's pod was admitted
+    # with the executor pipelines/README.md documents, and is refused without it.
+    assert_restricted_needs_the_documented_executor(cp, pods[0])
+
+
+def assert_restricted_needs_the_documented_executor(cp, pod) -> None:
+    labels = cp.get("v1", "Namespace", None, JOB_NAMESPACE)["metadata"]["labels"]
+    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted"
+    built = cp.get("v1", "Pod", JOB_NAMESPACE, pod.metadata.name)
+    spec = copy.deepcopy(built["spec"])
+    spec.pop("nodeName", None)
+    executors = [c for c in spec.get("initContainers", []) + spec["containers"]
+                 if c["name"] in ("init", "wait")]
+    assert {c["name"] for c in executors} == {"init", "wait"}, spec
+    for container in executors:
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        del container["securityContext"]
+    bare = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
+            "metadata": {"name": f"{pod.metadata.name}-bare", "namespace": JOB_NAMESPACE}}
+    with pytest.raises(DynamicApiError) as refused:
+        cp.apply(bare, dry_run=True, validation="Ignore")
+    message = json.loads(refused.value.body)["message"]
+    assert refused.value.status == 403, message
+    assert 'violates PodSecurity "restricted:latest"' in message, message
+    assert 'allowPrivilegeEscalation != false (containers "init", "wait"' in message, message
+    assert 'unrestricted capabilities (containers "init", "wait"' in message, message
 
 
 def test_a_sharded_run_fans_out_passes_reports_through_s3_and_commits_once(argo_fleet):

@@ -84,9 +84,12 @@ def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path)
     examples = tmp_path / "examples"
     shutil.copytree(EXAMPLES, examples)
     subprocess.run(["chmod", "-R", "a+rX", str(tmp_path)], check=True)
+    # Not in the job's namespace, which enforces Pod Security `restricted`: that
+    # refuses the host folder the examples come in.
+    namespace = "default"
     pod = {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "validate-examples", "namespace": JOB_NAMESPACE},
+        "metadata": {"name": "validate-examples", "namespace": namespace},
         "spec": {
             "restartPolicy": "Never", "nodeSelector": ON_THE_NODE,
             "securityContext": template["securityContext"],
@@ -105,14 +108,14 @@ def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path)
                         {"name": "tmp", "emptyDir": {}}],
         },
     }
-    k8s.CoreV1Api(cp.admin).create_namespaced_pod(JOB_NAMESPACE, pod)
+    k8s.CoreV1Api(cp.admin).create_namespaced_pod(namespace, pod)
     try:
-        phase = wait_for_pod(cp, JOB_NAMESPACE, "validate-examples", 120)
-        story = pod_story(cp, JOB_NAMESPACE, "validate-examples")
+        phase = wait_for_pod(cp, namespace, "validate-examples", 120)
+        story = pod_story(cp, namespace, "validate-examples")
         assert phase == "Succeeded", story
         assert "0 errors" in story, story
     finally:
-        cp.delete("v1", "Pod", JOB_NAMESPACE, "validate-examples", grace_period_seconds=0)
+        cp.delete("v1", "Pod", namespace, "validate-examples", grace_period_seconds=0)
 
 
 # -- the CronJob --------------------------------------------------------------------------
