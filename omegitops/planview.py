@@ -264,8 +264,11 @@ def component_warnings(lifecycle: ComponentLifecycle, old: dict | None,
 
 
 def _budget(lifecycle: ComponentLifecycle, name: str) -> int | None:
+    """The budget as the planner scales it; at zero replicas, as it would be for one
+    Instance: a component scaled to zero has nothing to move, and its budgets matter
+    only once it is scaled up (a percentage of 0 is no reason to warn)."""
     try:
-        return scaled_value(lifecycle.value(name), lifecycle.replicas)
+        return scaled_value(lifecycle.value(name), max(lifecycle.replicas, 1))
     except BudgetError:
         return None
 

@@ -228,7 +228,9 @@ def _unsettled(view: dict, rows: list[dict]) -> list[str]:
     if lagging:
         reasons.append(", ".join(lagging))
     if view["revision"] and view["currentRevision"] != view["revision"]:
-        reasons.append(f"current revision {view['currentRevision']} is not {view['revision']}")
+        current = view["currentRevision"]
+        reasons.append(f"current revision {current} is not {view['revision']}" if current
+                       else f"no Instance runs {view['revision']} yet")
     if view["rolloutHold"]:
         reasons.append("rollout held")
     return reasons

@@ -163,6 +163,20 @@ def test_budgets_that_can_move_do_not_warn():
     assert budgets_cannot_move(resolved(service(), operator=NOTHING)) is None  # unset: all move
 
 
+def test_a_component_scaled_to_zero_is_judged_as_it_would_move_once_scaled_up():
+    """At zero replicas every percentage budget scales to 0, which is no reason to warn:
+    nothing is there to move (two of OME's own samples run an engine at minReplicas 0).
+    Budgets that could not move a single Instance still warn."""
+    percent = service({"updateStrategy": {"rollingUpdate": {"maxSurge": "25%",
+                                                            "maxUnavailable": "25%"}}},
+                      replicas=0)
+    assert budgets_cannot_move(resolved(percent)) is None
+    assert budgets_cannot_move(resolved(service(replicas=0))) is None
+    stuck = service({"updateStrategy": {"rollingUpdate": {"maxSurge": 0,
+                                                          "maxUnavailable": 0}}}, replicas=0)
+    assert budgets_cannot_move(resolved(stuck)).code == BUDGETS_CANNOT_MOVE
+
+
 def test_recreate_pod_without_a_budget_takes_the_component_offline():
     isvc = service({"updateStrategy": {"type": "RecreatePod"}})
     warning = recreate_takes_component_offline(resolved(isvc, operator=NOTHING))

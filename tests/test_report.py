@@ -90,6 +90,30 @@ def test_healthy_after_until_idle(cli, tmp_path):
     assert report["validationErrors"] == []
 
 
+def test_a_component_scaled_to_zero_is_healthy_at_rest(cli, tmp_path):
+    """Zero Instances at rest is healthy, as a Deployment scaled to zero is: its current
+    revision is its update revision (there is nothing older), and no message shows a
+    Python None."""
+    zero = SERVICE.replace("minReplicas: 2", "minReplicas: 0").replace(
+        "maxReplicas: 2", "maxReplicas: 1")
+    repo = write_repo(tmp_path / "repo", {"runtimes/small.yaml": RUNTIME,
+                                          "services/small.yaml": zero})
+    report_dir = tmp_path / "report"
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster",
+                       f"sim:{tmp_path / 'cluster.json'}", "--until-idle",
+                       "--report-dir", str(report_dir))
+    assert code == 0, err
+    report = json.loads((report_dir / "status.json").read_text(encoding="utf-8"))
+    (component,) = components(report).values()
+    assert component["desired"] == 0
+    assert component["health"] == "Healthy", component["healthReason"]
+    assert component["currentRevision"] == component["revision"]
+    assert "None" not in (report_dir / "STATUS.md").read_text(encoding="utf-8")
+    replicas, _, _ = listed(tmp_path / "cluster.json")
+    (replica,) = replicas
+    assert replica["status"]["currentRevision"] == replica["status"]["updateRevision"]
+
+
 def test_progressing_after_one_pass(cli, tmp_path):
     _, report_dir = reconcile(cli, tmp_path)
     report = json.loads((report_dir / "status.json").read_text(encoding="utf-8"))

@@ -57,16 +57,20 @@ def component_status(work: Any, rows: list[dict], previous: dict,
     return {
         **counts,
         "desiredReplicas": want,
-        "currentRevision": _current_revision(rows),
+        "currentRevision": _current_revision(rows, desired.revision, want),
         "updateRevision": desired.revision,
         "conditions": conditions,
         "rolloutHold": rollout.get("hold"),
     }
 
 
-def _current_revision(rows: list[dict]) -> str | None:
+def _current_revision(rows: list[dict], update: str, want: int) -> str | None:
     """The revision most Instances run, Ready ones first; ties go to the name, so the
-    answer never depends on hash order."""
+    answer never depends on hash order. A component scaled to zero with no Instance
+    left runs nothing older than its update revision, which is then its current one,
+    as a StatefulSet at zero replicas reports."""
+    if not rows and want == 0:
+        return update
     counts: dict[str, tuple[int, int]] = {}
     for row in rows:
         revision = row.get("revision")
