@@ -32,6 +32,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import markupsafe
+
 from omegitops.lifecycle.budgets import BudgetError, scaled_value
 from omegitops.lifecycle.planner import DesiredComponent, ObservedComponent, Plan
 from omegitops.lifecycle.replica import decode_rows, replica_name
@@ -465,7 +467,8 @@ def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict
     failed = [p.error for p in planned if p.error is not None]
     managed = [c for c in components if c["managed"]]
     changing = [c for c in managed if c["changes"]]
-    warnings = sum(len(c["warnings"]) for c in components)
+    # Every warning the plan lists: the components' and validation's.
+    warnings = sum(len(c["warnings"]) for c in components) + len(loaded.result.warnings)
     errors = [e.to_dict() for e in loaded.result.errors]
     summary = {
         "components": len(components),
@@ -523,6 +526,7 @@ def render_markdown(document: dict, max_chars: int | None = None,
 
     env = environment()
     env.filters["code"] = _code
+    env.filters["html_code"] = _html_code
     env.filters["value"] = show_value
     env.filters["fence_safe"] = _fence_safe
     module = env.get_template(TEMPLATE).make_module({"limits": LIMITS})
@@ -570,6 +574,12 @@ def _fence_safe(text: str) -> str:
     lines = [("\u200b" + line) if line.lstrip().startswith("```") else line
              for line in text.splitlines()]
     return "\n".join(lines) + "\n"
+
+
+def _html_code(value: Any) -> str:
+    """Inline code inside HTML (a ``<summary>`` line), where GitHub shows backticks as
+    they are."""
+    return f"<code>{markupsafe.escape(str(value))}</code>"
 
 
 def _code(value: Any) -> str:

@@ -369,6 +369,27 @@ def test_markdown_has_a_summary_details_and_a_mermaid_gantt(cli):
     assert cli("plan", "--repo", str(EXAMPLES))[1] == out  # deterministic
 
 
+def test_the_summary_counts_every_warning_it_lists_and_summaries_use_html_code(cli, tmp_path):
+    """Validation's warnings count with the components' (the summary once said "0
+    warnings" above a list of 15), and inline code inside <summary> is HTML: GitHub shows
+    backticks there as they are."""
+    stuck = SERVICE.replace("  engine:\n", "  engine:\n    lifecycle:\n      updateStrategy:\n"
+                            "        rollingUpdate: {maxSurge: 0, maxUnavailable: 0}\n")
+    repo = write_repo(tmp_path / "repo", {"runtimes/small.yaml": RUNTIME,
+                                          "services/small.yaml": stuck})
+    code, plan = plan_json(cli, "--repo", str(repo), "--no-forecast")
+    assert code == 0
+    listed = len(plan["validation"]["warnings"]) + sum(len(c["warnings"])
+                                                        for c in plan["components"])
+    assert plan["validation"]["warnings"] and listed > len(plan["validation"]["warnings"])
+    assert plan["summary"]["warnings"] == listed
+    assert f"; {listed} warnings;" in plan["summary"]["text"]
+    code, out, _ = cli("plan", "--repo", str(repo), "--no-forecast")
+    summaries = [line for line in out.splitlines() if line.startswith("<details><summary>")]
+    assert summaries and all("`" not in line for line in summaries), summaries
+    assert any("<code>small-engine-" in line for line in summaries), summaries
+
+
 @pytest.fixture
 def settled(cli, tmp_path):
     """A copy of examples/ reconciled until idle on sim:; returns (repo, --cluster, file)."""
