@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from omegitops import __version__
@@ -79,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         return stop.code if isinstance(stop.code, int) else 2
     _log_to_stderr(logging.DEBUG if args.verbose else logging.INFO)
     try:
-        return args.func(args)
+        code = args.func(args)
+        # A reader that went away (`| head -1`) shows here, not in Python's flush at exit.
+        sys.stdout.flush()
+        return code
     except UsageError as err:
         print(f"omegitops: error: {err}", file=sys.stderr)
         return 2
@@ -88,4 +92,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"omegitops: error: {err}", file=sys.stderr)
         return 1
     except BrokenPipeError:
-        return 0
+        # What was to be printed was not: no success, whatever the command found (git and
+        # grep die of SIGPIPE here). Output goes nowhere from now on, so that the
+        # interpreter's own flush at exit stays quiet.
+        _stdout_to_devnull()
+        return 1
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a test's capture, not a real stream
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)

@@ -1,6 +1,7 @@
 """``omegitops validate``: every bad input gets an error naming file, line and field."""
 
 import json
+import os
 
 import pytest
 
@@ -321,3 +322,28 @@ def test_a_service_without_a_namespace_is_a_warning_naming_it(cli, tmp_path):
     assert code == 0, out
     assert "InferenceService small has no metadata.namespace: defaulted to default" in \
         out.split("warnings:")[1]
+
+
+@pytest.mark.parametrize("repo", ["examples", "invalid"])
+def test_a_reader_that_goes_away_is_no_success(tmp_path, repo):
+    """`omegitops validate | head -1`: the pipe closed before the output was written is
+    exit 1 every time, never 0 (it was 0 in about half the runs, on an invalid repository
+    too), and Python says nothing of it on stderr."""
+    import subprocess
+    import sys
+
+    from tests.conftest import EXAMPLES
+
+    root = EXAMPLES if repo == "examples" else tmp_path
+    if repo == "invalid":
+        (tmp_path / "bad.yaml").write_text("apiVersion: ome.io/v1beta1\nkind: InferenceService\n"
+                                           "metadata: {name: x}\nspec: {engine: 3}\n")
+    for _ in range(3):
+        reader, writer = os.pipe()
+        os.close(reader)  # the reader is gone before anything is written
+        done = subprocess.run([sys.executable, "-m", "omegitops", "validate", "--repo",
+                               str(root)], stdout=writer, stderr=subprocess.PIPE, text=True,
+                              check=False)
+        os.close(writer)
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
