@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
 from omegitops.cluster.sim.sizing import NodePool, selected_labels, size_for
 from omegitops.fleetsize import peak_instances, peak_pods, sized_pools
@@ -112,3 +113,26 @@ def test_a_runtime_of_the_real_catalogue_that_requires_an_instance_type_comes_up
     assert sized["lowestCapacity"][0]["end"] == "3/3"
     default = _forecast(items, None)
     assert default["lowestCapacity"][0]["end"] != "3/3"  # what the sizing is for
+
+
+def test_reconcile_on_a_new_simulated_cluster_sizes_it_to_the_repository(cli, tmp_path):
+    """`reconcile` makes a missing `sim:` cluster as `plan` makes the one it forecasts
+    on, sized to the repository: ten services of four gangs (a leader and a worker of one
+    GPU each) need 80 GPUs where the eight default nodes hold 64, and every Instance
+    comes up."""
+    repo = tmp_path / "repo"
+    for index in range(10):
+        write_service(repo, name=f"svc-{index}", replicas=4, workers=1)
+    cluster = tmp_path / "cluster.json"
+    code, out, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}",
+                         "--until-idle", "--max-seconds", "3600")
+    assert code == 0, err
+    assert "a new simulated cluster sized to fit the repository" in err
+    with SimCluster(cluster) as sim:
+        replicas = sim.list_objects(INFERENCE_REPLICA)
+    assert len(replicas) == 10
+    for replica in replicas:
+        assert replica["status"]["readyReplicas"] == 4, replica["status"].get("conditions")
+    # An existing cluster is taken as it is.
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}")
+    assert code == 0 and "sized to fit" not in err

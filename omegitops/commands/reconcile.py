@@ -118,10 +118,32 @@ def _check_report_dir(report_dir, root: Path | None) -> None:
                      "reconciled (remove it, or choose another --report-dir)")
 
 
+def _size_a_new_simulated_cluster(spec: str, items) -> None:
+    """A ``sim:`` cluster that does not exist yet is made with nodes enough for the
+    repository at its peak, as ``plan`` sizes the cluster it forecasts on: the run then
+    shows what the manifests do, not what eight default nodes can hold."""
+    if not spec.startswith("sim:"):
+        return
+    from omegitops.cluster import sim_path
+    from omegitops.cluster.sim import SimCluster
+    from omegitops.fleetsize import sized_pools
+
+    path = Path(sim_path(spec))
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pools = sized_pools(items)
+    SimCluster.init(path, pools=pools)
+    log.info("%s: a new simulated cluster sized to fit the repository: %s", spec,
+             ", ".join(f"{pool.nodes} node{'s' if pool.nodes != 1 else ''} of {pool.gpus} GPUs"
+                       for pool in pools) or "no nodes")
+
+
 def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: str,
                revision: str | None = None, shard: Shard | None = None) -> int:
     prune, refused = _pruning(args, loaded)
     failed = refused
+    _size_a_new_simulated_cluster(args.cluster, items)
     with open_cluster(args.cluster, shard=shard) as cluster:
         passes = 0
 
