@@ -124,8 +124,8 @@ def test_reconcile_on_a_new_simulated_cluster_sizes_it_to_the_repository(cli, tm
     for index in range(10):
         write_service(repo, name=f"svc-{index}", replicas=4, workers=1)
     cluster = tmp_path / "cluster.json"
-    code, out, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}",
-                         "--until-idle", "--max-seconds", "3600")
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}",
+                       "--until-idle", "--max-seconds", "3600")
     assert code == 0, err
     assert "a new simulated cluster sized to fit the repository" in err
     with SimCluster(cluster) as sim:
