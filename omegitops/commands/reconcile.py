@@ -88,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
             log.info("shard %s: %d components", shard, len(items))
         report_dir = repo.root / folder if folder else args.report_dir
         _check_report_dir(report_dir, repo.root if folder else None)
+        # A shard shares the simulated cluster with the others: size it for them all.
+        _size_a_new_simulated_cluster(args.cluster, lambda: items if shard is None else
+                                      resolved_components(load(repo.manifests,
+                                                               args.operator_values)))
         try:
             code = _reconcile(args, loaded, items, report_dir, repo.shown, repo.revision,
                               shard)
@@ -118,7 +122,7 @@ def _check_report_dir(report_dir, root: Path | None) -> None:
                      "reconciled (remove it, or choose another --report-dir)")
 
 
-def _size_a_new_simulated_cluster(spec: str, items) -> None:
+def _size_a_new_simulated_cluster(spec: str, fleet) -> None:
     """A ``sim:`` cluster that does not exist yet is made with nodes enough for the
     repository at its peak, as ``plan`` sizes the cluster it forecasts on: the run then
     shows what the manifests do, not what eight default nodes can hold."""
@@ -132,7 +136,7 @@ def _size_a_new_simulated_cluster(spec: str, items) -> None:
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    pools = sized_pools(items)
+    pools = sized_pools(fleet())
     SimCluster.init(path, pools=pools)
     log.info("%s: a new simulated cluster sized to fit the repository: %s", spec,
              ", ".join(f"{pool.nodes} node{'s' if pool.nodes != 1 else ''} of {pool.gpus} GPUs"
@@ -143,7 +147,6 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
                revision: str | None = None, shard: Shard | None = None) -> int:
     prune, refused = _pruning(args, loaded)
     failed = refused
-    _size_a_new_simulated_cluster(args.cluster, items)
     with open_cluster(args.cluster, shard=shard) as cluster:
         passes = 0
 
