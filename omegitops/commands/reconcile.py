@@ -88,11 +88,11 @@ def run(args: argparse.Namespace) -> int:
             log.info("shard %s: %d components", shard, len(items))
         report_dir = repo.root / folder if folder else args.report_dir
         _check_report_dir(report_dir, repo.root if folder else None)
-        # A shard shares the simulated cluster with the others: size it for them all.
-        _size_a_new_simulated_cluster(args.cluster, lambda: items if shard is None else
-                                      resolved_components(load(repo.manifests,
-                                                               args.operator_values)))
         try:
+            # A shard shares the simulated cluster with the others: size it for them all.
+            _size_a_new_simulated_cluster(args.cluster, lambda: items if shard is None else
+                                          resolved_components(load(repo.manifests,
+                                                                   args.operator_values)))
             code = _reconcile(args, loaded, items, report_dir, repo.shown, repo.revision,
                               shard)
         except LockHeld as err:
