@@ -169,7 +169,8 @@ class PassResult:
     # without --prune.
     # InferenceReplicas left alone though no component of the repository accounts for
     # them: (namespace/name, the service (namespace, name) that made them).
-    orphans: list[tuple[str, tuple[str, str]]] = field(default_factory=list)
+    # (InferenceReplica, its (namespace, service, component)) kept with no component.
+    orphans: list[tuple[str, tuple[str, str, str]]] = field(default_factory=list)
     # False when a LIST failed: nothing was planned or written, and the work is unknown.
     observed: bool = True
     # True when RBAC does not grant what the run needs: nothing was written, and the
@@ -247,7 +248,7 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
         if owner in wanted or (only is not None and owner not in only):
             continue
         if prune is None or owner[:2] in prune.keep:
-            result.orphans.append((f"{key[0]}/{key[1]}", owner[:2]))
+            result.orphans.append((f"{key[0]}/{key[1]}", owner))
             continue
         observed = seen.component(*owner)
         try:

@@ -46,6 +46,24 @@ def test_a_removed_service_stays_without_prune(tmp_path, cli):
     assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
 
 
+def test_a_service_switched_to_raw_deployment_is_named_as_such_not_as_gone(tmp_path, cli):
+    """The component is still in the repository, in a mode omegitops does not manage:
+    the warning says so (it once said the component was no longer there)."""
+    repo, cluster = setup(tmp_path, cli)
+    path = repo / "services" / "llama-demo" / "llama-chat.yaml"
+    path.write_text(path.read_text().replace("deploymentMode: OMENative",
+                                             "deploymentMode: RawDeployment"))
+    code, _, err = reconcile(cli, repo, cluster)
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "llama-chat-engine" in line
+            and "InferenceReplica" in line]
+    assert len(said) == 1, said
+    assert ("InferenceService llama-demo/llama-chat engine is RawDeployment in the "
+            "repository now") in said[0]
+    assert "no longer in the repository" not in err
+    assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
+
+
 def test_prune_tears_a_removed_service_down(tmp_path, cli):
     repo, cluster = setup(tmp_path, cli)
     (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()

@@ -20,7 +20,14 @@ from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout, commit_report, pu
 from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.repository import INFERENCE_SERVICE
-from omegitops.reconcile import IDLE, MANAGED, Pruning, run_pass, run_until_idle
+from omegitops.reconcile import (
+    IDLE,
+    MANAGED,
+    Pruning,
+    component_key,
+    run_pass,
+    run_until_idle,
+)
 from omegitops.shards import Shard
 from omegitops.views import replica_view
 
@@ -152,6 +159,9 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
 
         warned: set[str] = set()
         invalid = _present_but_invalid(loaded)
+        # Components the repository has in another mode (RawDeployment, say).
+        other_modes = {component_key(item): item.lifecycle.mode.value for item in items
+                       if not item.lifecycle.managed}
 
         def progress(result) -> None:
             nonlocal failed, passes
@@ -169,10 +179,15 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
                 if orphan in warned:
                     continue  # once per run, not once per pass
                 warned.add(orphan)
-                if owner in invalid:
+                if owner[:2] in invalid:
                     log.warning("InferenceReplica %s: the manifest of InferenceService %s/%s "
                                 "is invalid, kept (an invalid manifest never tears anything "
-                                "down)", orphan, *owner)
+                                "down)", orphan, *owner[:2])
+                elif owner in other_modes:
+                    log.warning("InferenceReplica %s: InferenceService %s/%s %s is %s in the "
+                                "repository now, which omegitops does not manage; its "
+                                "OMENative Instances keep serving until --prune tears them "
+                                "down", orphan, *owner, other_modes[owner])
                 else:
                     log.warning("InferenceReplica %s: its component is no longer in the "
                                 "repository; --prune tears it down", orphan)
