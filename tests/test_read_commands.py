@@ -86,6 +86,30 @@ def test_instance_list_in_flight_shows_the_operation(cli, tmp_path):
     assert f"Create/{operation['step']}" in out
 
 
+def test_instance_list_shows_the_pods_the_cluster_has(cli, tmp_path):
+    """The pass that starts a surge writes the Instance's row before it creates the
+    surge pod; the listing shows the cluster's pods, the new one included, and a pod
+    being deleted as terminating."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    spec = f"sim:{tmp_path / 'cluster.json'}"
+    assert cli("reconcile", "--repo", str(repo), "--cluster", spec, "--until-idle")[0] == 0
+    runtime = repo / "runtimes" / "srt-qwen3-0-6b.yaml"
+    runtime.write_text(runtime.read_text().replace("sglang:v0.5.5.post3", "sglang:v0.5.6"))
+    assert cli("reconcile", "--repo", str(repo), "--cluster", spec)[0] == 0
+    with SimCluster(spec.removeprefix("sim:")) as sim:
+        live = {p["metadata"]["name"] for p in sim.list_pods()
+                if p["metadata"]["name"].startswith("qwen3-0-6b-engine-")}
+    rows = instance_json(cli, spec, "list", "qwen3-0-6b", "-n", "qwen3-0-6b")
+    listed = {p["name"] for r in rows for p in r["pods"]}
+    assert listed == live and len(live) > 2, (listed, live)
+    surging = [r for r in rows if len(r["pods"]) == 2]
+    assert surging and surging[0]["operation"]["type"] == "Update"
+    assert all(p["terminating"] is False for r in rows for p in r["pods"])
+
+
 # -- instance status ----------------------------------------------------------
 
 

@@ -2,7 +2,8 @@
 ``kubectl ome instance`` shows them (instances.txt "Instance status").
 
 The rows come from the component's InferenceReplica, whichever encoding
-stored them (``views.instance_rows`` decodes ColumnarV2 and plain lists).
+stored them (``views.instance_rows`` decodes ColumnarV2 and plain lists); each
+Instance's pods are the cluster's own, listed as the command runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.commands.common import print_json, table
 from omegitops.commands.events import events_table
 from omegitops.errors import OmegitopsError
+from omegitops.lifecycle.pods import ordinal_of, pod_row, runner_of
 from omegitops.lifecycle.replica import replica_name
+from omegitops.lifecycle.templates import (
+    LABEL_COMPONENT,
+    LABEL_INDEX,
+    LABEL_ISVC,
+    MANAGED_BY,
+    MANAGER,
+)
 from omegitops.views import (
     WARNING,
     about_instance,
@@ -114,10 +123,34 @@ def list_table(rows: list[dict]) -> str:
     return table(headers, lines)
 
 
+def live_rows(cluster: Any, replica: dict, namespace: str, isvc: str,
+              component: str) -> list[dict]:
+    """The InferenceReplica's rows with each Instance's pods as the cluster has them
+    now: the rows are written ahead of the pods a pass creates (a new surge pod is not
+    in them until the next pass), and a pod that cannot go shows as terminating."""
+    rows = instance_rows(replica)
+    pods: dict[int, list[dict]] = {}
+    selector = {LABEL_ISVC: isvc, LABEL_COMPONENT: component, MANAGED_BY: MANAGER}
+    for pod in cluster.list_pods(selector):
+        meta = pod.get("metadata") or {}
+        index = (meta.get("labels") or {}).get(LABEL_INDEX, "")
+        if meta.get("namespace") == namespace and index.isdigit():
+            pods.setdefault(int(index), []).append(pod)
+    for row in rows:
+        live = pods.get(row["index"])
+        if live is None:
+            continue
+        row["pods"] = [{**pod_row(pod),
+                        "terminating": bool((pod.get("metadata") or {}).get("deletionTimestamp"))}
+                       for pod in sorted(live, key=lambda p: (runner_of(p), ordinal_of(p),
+                                                             p["metadata"]["name"]))]
+    return rows
+
+
 def run_list(args: argparse.Namespace) -> int:
     with open_cluster(args.cluster, exclusive=False) as cluster:
         replica = read_replica(cluster, args.namespace, args.isvc, args.component)
-    rows = instance_rows(replica)
+        rows = live_rows(cluster, replica, args.namespace, args.isvc, args.component)
     if args.output == "json":
         print_json(rows)
     else:
@@ -177,8 +210,9 @@ def status_text(replica: dict, row: dict, events: list[dict], now: datetime) -> 
         "",
     ]
     pods = [(p.get("name"), p.get("runner"), p.get("ordinal"), p.get("ready"), p.get("serving"),
-             p.get("restarts", 0), p.get("node") or "<none>") for p in row["pods"]]
-    headers = ("NAME", "RUNNER", "ORDINAL", "READY", "SERVING", "RESTARTS", "NODE")
+             p.get("restarts", 0), p.get("node") or "<none>",
+             "Terminating" if p.get("terminating") else "-") for p in row["pods"]]
+    headers = ("NAME", "RUNNER", "ORDINAL", "READY", "SERVING", "RESTARTS", "NODE", "DELETION")
     lines.append(table(headers, pods) if pods else "No pods.")
     lines.append("")
     lines.append("Warning events:")
@@ -189,9 +223,10 @@ def status_text(replica: dict, row: dict, events: list[dict], now: datetime) -> 
 def run_status(args: argparse.Namespace) -> int:
     with open_cluster(args.cluster, exclusive=False) as cluster:
         replica = read_replica(cluster, args.namespace, args.isvc, args.component)
+        rows = live_rows(cluster, replica, args.namespace, args.isvc, args.component)
         events = managed_events(cluster)
         now = cluster.now()
-    row = find_row(instance_rows(replica), replica, args.index)
+    row = find_row(rows, replica, args.index)
     events = instance_events(events, args.namespace, args.isvc, args.component, args.index)
     if args.output == "json":
         print_json({**row, "events": events})
