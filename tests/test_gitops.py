@@ -308,6 +308,22 @@ def test_commit_message_fits_and_names_changes():
     assert fit_subject("omegitops: " + "x" * 80, ["a"]) == ("omegitops: " + "x" * 80)[:72]
 
 
+def test_a_component_gone_from_the_repository_but_still_running_is_orphaned_not_removed():
+    """Without --prune a deleted service keeps serving: the commit says so."""
+    component = {"component": "engine", "managed": True, "ready": 2, "desired": 2,
+                 "health": "Healthy", "revision": "chat-engine-aaaaaaaa",
+                 "currentRevision": "chat-engine-aaaaaaaa", "phaseSummary": "Ready ×2"}
+    old = {"services": [{"namespace": "ns", "name": name, "events": [],
+                         "components": [dict(component)]} for name in ("chat", "gone")],
+           "unknownReplicas": []}
+    new = {"services": [], "unknownReplicas": ["ns/chat-engine"]}
+    message = commit_message(old, new)
+    assert "- ns/chat engine: orphaned, still serving (no longer in the repository; " \
+           "--prune tears it down)" in message
+    assert "- ns/gone engine: removed" in message
+    assert "chat engine orphaned" in message.splitlines()[0]
+
+
 def test_commit_needs_a_git_tree_and_push_needs_commit(cli, tmp_path):
     plain = tmp_path / "plain"
     shutil.copytree(EXAMPLES, plain)

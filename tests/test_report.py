@@ -285,7 +285,10 @@ def test_replicas_without_a_service_are_listed(cli, tmp_path, mixed_repo):
     report = build_report(load(mixed_repo), replicas, events, now)
     validate_report(report)
     assert "qwen3-0-6b/qwen3-0-6b-engine" in report["unknownReplicas"]
-    assert "## InferenceReplicas with no service in the repository" in render_markdown(report)
+    markdown = render_markdown(report)
+    assert ("## Orphaned, still serving: InferenceReplicas with no service in the "
+            "repository") in markdown
+    assert "a run with `--prune` tears them down" in markdown
 
 
 def test_schema_rejects_a_wrong_health_word(cli, tmp_path):

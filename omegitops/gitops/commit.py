@@ -17,6 +17,7 @@ from typing import Any
 
 from omegitops.errors import UsageError
 from omegitops.gitops.gitcmd import Git, GitError
+from omegitops.lifecycle.replica import replica_name
 from omegitops.report import JSON_FILE, MARKDOWN_FILE, content_key
 
 log = logging.getLogger("omegitops")
@@ -182,8 +183,18 @@ def component_moves(old: dict, new: dict) -> list[Move]:
         elif component != before[key]:
             parts = _changes(before[key], component)
             moves.append(Move(f"{short} {parts[0]}", f"{full}: {', '.join(parts)}"))
-    moves += [Move(f"{_names(key)[1]} removed", f"{_names(key)[0]}: removed")
-              for key in before if key not in after]
+    # A component gone from the repository whose InferenceReplica is still there (a run
+    # without --prune keeps its Instances) is orphaned, not removed: it still serves.
+    orphaned = set(new.get("unknownReplicas") or [])
+    for key in before:
+        if key in after:
+            continue
+        full, short = _names(key)
+        if f"{key[0]}/{replica_name(key[1], key[2])}" in orphaned:
+            moves.append(Move(f"{short} orphaned", f"{full}: orphaned, still serving (no "
+                              "longer in the repository; --prune tears it down)"))
+        else:
+            moves.append(Move(f"{short} removed", f"{full}: removed"))
     return moves
 
 
