@@ -286,6 +286,38 @@ def _described(lifecycle: ComponentLifecycle, name: str) -> str:
 
 
 @dataclass(frozen=True)
+class Removal:
+    """A component the cluster runs that the repository no longer has: its service
+    was deleted, or the component dropped from it."""
+
+    namespace: str
+    replica: str
+    service: str
+    component: str
+    instances: int
+    serving: int
+
+    @classmethod
+    def of(cls, replica: dict) -> Removal:
+        meta, spec = replica["metadata"], replica.get("spec") or {}
+        status = replica.get("status") or {}
+        return cls(namespace=meta.get("namespace") or "default", replica=meta["name"],
+                   service=spec.get("inferenceService", ""),
+                   component=spec.get("component", ""),
+                   instances=int(status.get("replicas") or 0),
+                   serving=int(status.get("servingReplicas") or 0))
+
+    def to_dict(self) -> dict:
+        return {"service": f"{self.namespace}/{self.service}", "component": self.component,
+                "replica": f"{self.namespace}/{self.replica}", "instances": self.instances,
+                "serving": self.serving,
+                # The job in pipelines/ runs without --prune.
+                "withoutPrune": "orphaned: its Instances keep serving, unmanaged",
+                "withPrune": f"torn down: {self.instances} Instance"
+                             f"{'' if self.instances == 1 else 's'} deleted"}
+
+
+@dataclass(frozen=True)
 class PlannedComponent:
     """A resolved component with what was observed and planned for it (None: not managed)."""
 
@@ -461,12 +493,14 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
 
 
 def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict[str, Any],
-                  forecast: dict[str, Any] | None, forecast_skipped: str | None) -> dict:
+                  forecast: dict[str, Any] | None, forecast_skipped: str | None,
+                  removed: list[Removal] = ()) -> dict:
     """The plan as one JSON document; pure."""
     components = [component_view(p) for p in planned if p.error is None]
     failed = [p.error for p in planned if p.error is not None]
     managed = [c for c in components if c["managed"]]
     changing = [c for c in managed if c["changes"]]
+    added = [c for c in changing if (c["revision"] or {}).get("old") is None]
     # Every warning the plan lists: the components' and validation's.
     warnings = sum(len(c["warnings"]) for c in components) + len(loaded.result.warnings)
     errors = [e.to_dict() for e in loaded.result.errors]
@@ -475,6 +509,9 @@ def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict
         "managed": len(managed),
         "changing": len(changing),
         "unchanged": len(managed) - len(changing),
+        "adding": len(added),
+        "updating": len(changing) - len(added),
+        "removing": len(removed),
         "warnings": warnings,
         "validationErrors": len(errors),
         "planningErrors": len(failed),
@@ -486,10 +523,11 @@ def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict
         "validation": {"errors": errors,
                        "warnings": [w.to_dict() for w in loaded.result.warnings]},
         "components": components,
+        "removed": [r.to_dict() for r in removed],
         "planningErrors": failed,
         "forecast": forecast,
         "forecastSkipped": forecast_skipped,
-        "changes": bool(changing),
+        "changes": bool(changing or removed),
     }
 
 
@@ -500,6 +538,9 @@ def summary_line(summary: dict[str, int]) -> str:
 
     text = (f"{summary['changing']} of {count(summary['managed'], 'managed component')} "
             f"to change")
+    if summary.get("changing") or summary.get("removing"):
+        text += (f" ({summary.get('adding', 0)} to add, {summary.get('updating', 0)} to "
+                 f"update, {summary.get('removing', 0)} to remove)")
     skipped = summary["components"] - summary["managed"]
     if skipped:
         text += f" ({skipped} not managed)"

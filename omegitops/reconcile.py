@@ -243,8 +243,7 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
             continue
         result.plans.append((item, plan))
     for key, replica in sorted(seen.replicas.items()):
-        spec = replica.get("spec") or {}
-        owner = (key[0], spec.get("inferenceService", ""), spec.get("component", ""))
+        owner = (key[0], *replica_owner(replica))
         if owner in wanted or (only is not None and owner not in only):
             continue
         if prune is None or owner[:2] in prune.keep:
@@ -267,6 +266,12 @@ def plan_key(plan: Plan) -> tuple[str, str, str]:
     spec = plan.replica.get("spec") or {}
     return (plan.replica["metadata"].get("namespace", ""), spec.get("inferenceService", ""),
             spec.get("component", ""))
+
+
+def replica_owner(replica: dict) -> tuple[str, str]:
+    """(service, component) an InferenceReplica belongs to, from its spec."""
+    spec = replica.get("spec") or {}
+    return spec.get("inferenceService", ""), spec.get("component", "")
 
 
 def component_key(item: ServiceComponent) -> tuple[str, str, str]:

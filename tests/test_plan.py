@@ -359,7 +359,8 @@ def test_plan_exit_codes_with_detailed_exitcode(cli):
 def test_markdown_has_a_summary_details_and_a_mermaid_gantt(cli):
     code, out, _ = cli("plan", "--repo", str(EXAMPLES))
     assert code == 0
-    assert out.startswith("**Plan: 7 of 7 managed components to change; 0 warnings; "
+    assert out.startswith("**Plan: 7 of 7 managed components to change (7 to add, 0 to update, "
+                          "0 to remove); 0 warnings; "
                           "0 validation errors.**")
     # Each changed component in its own block, closed before the next begins.
     assert out.count("<details>") == out.count("</details>")
@@ -400,6 +401,27 @@ def settled(cli, tmp_path):
                        "--until-idle")
     assert code == 0, err
     return repo, f"sim:{path}", path
+
+
+def test_a_deleted_service_is_named_with_what_happens_to_it(cli, settled):
+    """A change that removes a service plans it as a removal: named, counted in the
+    summary, with what the job does without --prune (it keeps serving, orphaned) and
+    with it (torn down); it once read "0 of 6 managed components to change"."""
+    repo, spec, _ = settled
+    (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()
+    code, plan = plan_json(cli, "--repo", str(repo), "--cluster", spec, "--no-forecast",
+                           "--detailed-exitcode")
+    assert code == 2 and plan["changes"]
+    assert plan["summary"]["removing"] == 1 and plan["summary"]["changing"] == 0
+    assert "(0 to add, 0 to update, 1 to remove)" in plan["summary"]["text"]
+    (removed,) = plan["removed"]
+    assert removed["service"] == "llama-demo/llama-chat" and removed["component"] == "engine"
+    assert removed["instances"] == 1 and removed["serving"] == 1
+    assert removed["withoutPrune"].startswith("orphaned")
+    assert removed["withPrune"] == "torn down: 1 Instance deleted"
+    code, out, _ = cli("plan", "--repo", str(repo), "--cluster", spec, "--no-forecast")
+    assert "### Removed from the repository (1)" in out
+    assert "| llama-demo/llama-chat engine | 1 | 1 |" in out
 
 
 def _set_qwen_image(repo: Path, image: str) -> None:

@@ -81,7 +81,7 @@ def test_one_runtime_image_change_names_only_that_service(tmp_path, capsys):
     base_and_change(repo, lambda r: _replace_in(runtime, image,
                                                 "docker.io/lmsysorg/sglang:v0.5.6-cu129-amd64"))
     out = plan(repo, capsys)
-    assert out.startswith("**Plan: 1 of 7 managed components to change;")
+    assert out.startswith("**Plan: 1 of 7 managed components to change (")
     assert "every Instance kept serving" in out
     assert out.count("<details><summary><b>") == 1 and "6 managed components are unchanged" in out
     assert "+      image: docker.io/lmsysorg/sglang:v0.5.6-cu129-amd64" in out
@@ -104,7 +104,7 @@ def test_a_hundred_services_fit_one_comment_with_no_false_failures(tmp_path, cap
     head = out.split("\n\n### Changed components")[0]
     # Sized to the fleet: no failure that only the simulator would have.
     assert "failed" not in head and "did not settle" not in head, head
-    assert out.startswith("**Plan: 20 of 175 managed components to change;")
+    assert out.startswith("**Plan: 20 of 175 managed components to change (")
     assert "155 managed components are unchanged" in out
     check_snapshot("hundred-services", out)
 
@@ -183,5 +183,5 @@ def test_the_base_state_is_the_commit_the_committed_report_names(tmp_path, capsy
     git(repo, "commit", "-q", "-a", "-m", "PR")
     out = plan(repo, capsys)
     assert "the state the job last reported (commit <base>, named by the status report" in out
-    assert out.startswith("**Plan: 2 of 7 managed components to change;")
+    assert out.startswith("**Plan: 2 of 7 managed components to change (")
     assert "| minReadySeconds | 900 | 600 |" in out

@@ -244,7 +244,7 @@ def test_the_plan_step_plans_a_pull_request_against_its_real_base_branch(tmp_pat
     assert done.returncode == 0, done.stderr
     assert outputs.read_text().strip() == "status=0", (clone / "plan.log").read_text()
     comment = (clone / "comment.md").read_text()
-    assert comment.startswith("**Plan: 1 of 7 managed components to change;")
+    assert comment.startswith("**Plan: 1 of 7 managed components to change (")
     assert ("qwen3-0-6b-engine-814f93c8</code> → <code>qwen3-0-6b-engine-fbcc4b2f</code>"
             in comment)
     assert "every Instance kept serving" in comment

@@ -35,8 +35,16 @@ from omegitops.fleetsize import sized_pools
 from omegitops.forecast import DEFAULT_BUDGET_SECONDS, forecast
 from omegitops.gitops.base import base_manifests
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
-from omegitops.planview import PlannedComponent, plan_document, render_markdown
-from omegitops.reconcile import IDLE, observe, plan_item, planning_error, run_until_idle
+from omegitops.planview import PlannedComponent, Removal, plan_document, render_markdown
+from omegitops.reconcile import (
+    IDLE,
+    component_key,
+    observe,
+    plan_item,
+    planning_error,
+    replica_owner,
+    run_until_idle,
+)
 
 NO_CLUSTER = "none"
 MIN_CHARS = 4000
@@ -98,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
     budget = None if args.no_forecast else args.forecast_seconds
     with tempfile.TemporaryDirectory(prefix="omegitops-plan-") as scratch:
         if args.base is not None:
-            cluster, planned, outlook, skipped = _plan_from_base(
+            cluster, (planned, removed), outlook, skipped = _plan_from_base(
                 args, items, Path(scratch), budget)
         else:
-            cluster, planned, outlook, skipped = _plan(args.cluster, items, Path(scratch),
-                                                       budget)
-    document = plan_document(loaded, planned, cluster, outlook, skipped)
+            cluster, (planned, removed), outlook, skipped = _plan(
+                args.cluster, items, Path(scratch), budget)
+    document = plan_document(loaded, planned, cluster, outlook, skipped, removed)
     print_errors(document["planningErrors"])
     if args.output == "json":
         print_json(document)
@@ -123,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
-          budget: float | None) -> tuple[dict, list[PlannedComponent], dict | None, str | None]:
-    """(cluster description, planned components, forecast, why no forecast)."""
+          budget: float | None) -> tuple[dict, Planned, dict | None, str | None]:
+    """(cluster description, (planned components, removals), forecast, why none)."""
     if spec and spec.startswith("kube"):
         with open_cluster(spec, exclusive=False) as live:
             planned = plan_components(live, items)
@@ -155,8 +163,7 @@ def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
 
 
 def _plan_from_base(args: argparse.Namespace, items: list[ServiceComponent], scratch: Path,
-                    budget: float | None) -> tuple[dict, list[PlannedComponent], dict | None,
-                                                   str | None]:
+                    budget: float | None) -> tuple[dict, Planned, dict | None, str | None]:
     """Rebuild the base's state on a sized simulated cluster, then plan the head on it."""
     base = base_manifests(Path(args.repo), args.base, args.report_dir, scratch)
     base_items: list[ServiceComponent] = []
@@ -185,12 +192,21 @@ def _plan_from_base(args: argparse.Namespace, items: list[ServiceComponent], scr
         return about, planned, forecast(sim, items, budget), None
 
 
-def plan_components(cluster: Cluster, items: list[ServiceComponent]) -> list[PlannedComponent]:
+# What a plan is made of: each component of the repository, planned; and the ones the
+# cluster runs that the repository no longer has.
+Planned = tuple[list[PlannedComponent], list[Removal]]
+
+
+def plan_components(cluster: Cluster, items: list[ServiceComponent]) -> Planned:
     """Observe once and plan every component, keeping what the plan was made from
     (the desired templates and observed revisions the revision diff needs); no writes.
-    A component whose plan raises carries the error instead, and the others go on."""
+    A component whose plan raises carries the error instead, and the others go on.
+    Second: the components the cluster runs that the repository no longer has."""
     now = cluster.now()
     seen = observe(cluster)
+    wanted = {component_key(item) for item in items if item.lifecycle.managed}
+    removed = [Removal.of(replica) for (namespace, _), replica in sorted(seen.replicas.items())
+               if (namespace, *replica_owner(replica)) not in wanted]
     planned: list[PlannedComponent] = []
     for item in items:
         if not item.lifecycle.managed:
@@ -200,4 +216,4 @@ def plan_components(cluster: Cluster, items: list[ServiceComponent]) -> list[Pla
             planned.append(PlannedComponent(item, *plan_item(seen, item, now)))
         except Exception as err:  # noqa: BLE001 - one component's failure stays its own
             planned.append(PlannedComponent(item, error=planning_error(item, err)))
-    return planned
+    return planned, removed
