@@ -193,6 +193,29 @@ def test_a_secret_in_the_url_reaches_no_output_report_commit_or_config(cli, tmp_
         assert SECRET not in text
 
 
+TOKEN = "S3KR1T/tok+4f2a=="  # a base64 token: "/", "+" and "=" in it
+
+
+@pytest.mark.parametrize("url", [
+    f"https://bob:{TOKEN}@127.0.0.1:9/r.git",          # "/" unencoded in the password
+    f"https://{TOKEN}@127.0.0.1:9/r.git",              # the token as the user
+    f"https://bob:{TOKEN}@127.0.0.1:9/r.git?ref=main#x",
+    f"http://bob:{TOKEN}@[::1]:9/r.git",
+    f"https://bob:{TOKEN}@127.0.0.1:9/org@team/r.git",  # and an "@" in the path
+    "https://bob:S3KR1T%2Ftok@127.0.0.1:9/r.git",       # encoded: cloned, and fails
+])
+def test_no_url_shape_prints_its_secret(cli, tmp_path, url):
+    """Every way a secret can sit in a URL: nothing of it reaches the output, whether
+    the URL is refused (an unencoded "/" makes the host part ambiguous) or tried."""
+    code, out, err = cli("-v", "reconcile", "--repo", url, "--cluster",
+                         f"sim:{tmp_path / 'cluster.json'}", "--commit")
+    assert code == 1, err
+    for secret in ("S3KR1T", "tok+4f2a", "tok-4f2a"):
+        assert secret not in out + err, err
+    if "%2F" not in url:
+        assert "must be percent-encoded ('%2F')" in err and "nothing was cloned" in err
+
+
 # -- checkout -----------------------------------------------------------------------------
 
 

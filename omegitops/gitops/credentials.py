@@ -36,8 +36,11 @@ HELPER_USERNAME, HELPER_PASSWORD = "OMEGITOPS_GIT_USERNAME", "OMEGITOPS_GIT_PASS
 # Prints git's credential protocol on `get`; ignores `store` and `erase`.
 HELPER = (f'!f() {{ if [ "$1" = get ]; then printf "username=%s\\npassword=%s\\n" '
           f'"${HELPER_USERNAME}" "${HELPER_PASSWORD}"; fi; }}; f')
-# user:password@ (or token@) right after a scheme, anywhere in a text.
-USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/\s@]+)@")
+# user:password@ (or token@) right after a scheme, anywhere in a text: up to the last
+# "@" before a space, a quote, "?" or "#", so that a password holding an unencoded "/"
+# (as base64 tokens do) is hidden whole, not cut at its "/".
+USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^\s'\"?#@]+)@"
+                      r"(?:[^\s'\"?#@]*@)*")
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,27 @@ class Credentials:
     password: str = field(repr=False)  # never in a repr, so never in a log by accident
 
 
+def ambiguous_userinfo(url: str) -> bool:
+    """Whether ``url`` has an "@" after a "/" of its authority part: a user or password
+    holding an unencoded "/" (``https://bob:S3KR1T/tok@host/r.git``), which a URL parser
+    reads as host ``bob`` and a path holding the secret."""
+    _, sep, rest = url.partition("://")
+    if not sep:
+        return False
+    head = re.split(r"[?#]", rest, maxsplit=1)[0]
+    return "@" in head and "/" in head[:head.rindex("@")]
+
+
 def redact(url: str) -> str:
     """``url`` fit to show: any ``user:password@`` (or token ``@``) becomes ``***@``.
 
     An ssh user name without a password (``ssh://git@host/x``) is not a secret
     and is kept; scp-like ``git@host:path`` has no scheme and is left alone.
     """
+    if ambiguous_userinfo(url):
+        scheme, _, rest = url.partition("://")
+        head, tail = re.match(r"([^?#]*)(.*)", rest, re.DOTALL).groups()
+        return f"{scheme}://{HIDDEN}@{head.rsplit('@', 1)[1]}{tail}"
     parts = urlsplit(url)
     if not parts.scheme or "@" not in parts.netloc:
         return url
@@ -88,6 +106,13 @@ def split_url(url: str) -> tuple[str, str | None, str | None]:
 
 def resolve(url: str, environ: Mapping[str, str] | None = None) -> tuple[str, Credentials | None]:
     """The URL to give git and the credentials to hand it (URL first, then the environment)."""
+    if ambiguous_userinfo(url):
+        from omegitops.errors import InputError
+
+        raise InputError(
+            f"the repository URL {redact(url)} has an '@' after a '/' of its host part: a "
+            "user name or password holding '/' must be percent-encoded ('%2F'), or given "
+            "as GIT_USERNAME and GIT_TOKEN; nothing was cloned")
     clean, username, password = split_url(url)
     if password:
         return clean, Credentials(username or DEFAULT_USERNAME, password)
