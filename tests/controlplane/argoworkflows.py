@@ -74,6 +74,7 @@ class ArgoWorkflows:
         self.dir = self.cp.workdir / "argo"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.s3_port = free_port()
+        self.metrics_port = free_port()
         self.s3_endpoint = f"{self.address}:{self.s3_port}"
 
     def __enter__(self) -> Self:
@@ -95,7 +96,12 @@ class ArgoWorkflows:
         self.cp.apply({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "workflow-controller-configmap", "namespace": ARGO_NAMESPACE},
-            "data": {**documented_executor(), "artifactRepository": yaml.safe_dump({"s3": {
+            # Metrics on a port of their own (the default 9090 may be taken on a
+            # machine that runs other things), plain HTTP on loopback.
+            "data": {**documented_executor(),
+                     "metricsConfig": yaml.safe_dump({"port": self.metrics_port,
+                                                      "secure": False}),
+                     "artifactRepository": yaml.safe_dump({"s3": {
                 "bucket": BUCKET, "endpoint": self.s3_endpoint, "insecure": True,
                 "accessKeySecret": {"name": S3_SECRET, "key": "accesskey"},
                 "secretKeySecret": {"name": S3_SECRET, "key": "secretkey"},
