@@ -14,16 +14,22 @@ Usage (the ``argo_cluster`` fixture)::
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
 
 import yaml
-from controlplane import ControlPlane, ControlPlaneError, Process, free_port
+from controlplane import (
+    ControlPlane,
+    ControlPlaneError,
+    Process,
+    Supervisor,
+    free_port,
+    start_process,
+    wait_ready,
+)
 from kubernetes import client as k8s
 
 HERE = Path(__file__).resolve().parent
@@ -59,7 +65,7 @@ def build_argo() -> tuple[Path, dict[str, str]]:
 
 
 @dataclass
-class ArgoWorkflows:
+class ArgoWorkflows(Supervisor):
     cp: ControlPlane
     node: object  # realnode.RealNode
     bin_dir: Path
@@ -76,17 +82,6 @@ class ArgoWorkflows:
         self.s3_port = free_port()
         self.metrics_port = free_port()
         self.s3_endpoint = f"{self.address}:{self.s3_port}"
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         self.cp.apply_files(self.crds)
@@ -114,10 +109,6 @@ class ArgoWorkflows:
             process = self.processes.pop(name, None)
             if process is not None:
                 process.stop()
-
-    def check(self) -> None:
-        for process in self.processes.values():
-            process.check()
 
     def s3_secret(self, namespace: str) -> None:
         """The artifact repository's keys in ``namespace``, where its pods read them."""
@@ -168,25 +159,12 @@ class ArgoWorkflows:
             or "Starting workflow TTL controller" in text
 
     def _start(self, name: str, argv: list[str], env: dict[str, str]) -> Process:
-        log = self.dir / f"{name}.log"
-        handle = log.open("wb")
-        popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, cwd=self.dir,
-                                 env={**os.environ, **env}, start_new_session=True)
-        handle.close()
-        process = Process(name, popen, log)
+        process = start_process(self.dir, name, argv, env)
         self.processes[name] = process
         return process
 
     def _wait(self, process: Process, ready, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            process.check()
-            if ready():
-                return
-            time.sleep(0.3)
-        raise ControlPlaneError(f"{process.name} not ready after {seconds} s:\n"
-                                f"{process.tail(60)}")
+        wait_ready(process, ready, seconds, interval=0.3)
 
 
 def wait_for_workflow(cp: ControlPlane, namespace: str, name: str, seconds: float,

@@ -96,8 +96,62 @@ class Process:
                 self.popen.wait(5)
 
 
+def start_process(folder: Path, name: str, argv: list[str],
+                  env: dict[str, str] | None = None) -> Process:
+    """``argv`` in a session of its own, its output in ``folder/<name>.log``."""
+    log = folder / f"{name}.log"
+    handle = log.open("wb")
+    popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, cwd=folder,
+                             env=None if env is None else {**os.environ, **env},
+                             start_new_session=True)
+    handle.close()
+    return Process(name, popen, log)
+
+
+def wait_ready(process: Process, ready, seconds: float, interval: float = 0.2) -> None:
+    """Until ``ready()``; fails with the process's log when it stops or time runs out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        process.check()
+        if ready():
+            return
+        time.sleep(interval)
+    raise ControlPlaneError(f"{process.name} not ready after {seconds} s:\n"
+                            f"{process.tail(60)}")
+
+
+class Supervisor:
+    """Processes started by ``start`` and ended by ``stop``, as a context: a start that
+    fails half-way stops what it had started."""
+
+    processes: dict[str, Process]
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def check(self) -> None:
+        """Raise if any of the processes has stopped."""
+        for process in self.processes.values():
+            process.check()
+
+
 @dataclass
-class ControlPlane:
+class ControlPlane(Supervisor):
     bin_dir: Path
     workdir: Path
     processes: dict[str, Process] = field(default_factory=dict)
@@ -127,17 +181,6 @@ class ControlPlane:
 
     # -- lifetime -----------------------------------------------------------------
 
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> None:
         started = time.monotonic()
         self._make_pki()
@@ -160,21 +203,10 @@ class ControlPlane:
             if process is not None:
                 process.stop()
 
-    def check(self) -> None:
-        """Raise if any component has stopped."""
-        for process in self.processes.values():
-            process.check()
-
     # -- components -------------------------------------------------------------------
 
     def _start(self, name: str, args: list[str]) -> Process:
-        log = self.workdir / f"{name}.log"
-        handle = log.open("wb")
-        popen = subprocess.Popen([str(self.bin_dir / name), *args], stdout=handle,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 cwd=self.workdir, start_new_session=True)
-        handle.close()
-        process = Process(name, popen, log)
+        process = start_process(self.workdir, name, [str(self.bin_dir / name), *args])
         self.processes[name] = process
         return process
 
@@ -256,13 +288,7 @@ class ControlPlane:
         raise KeyError(name)
 
     def _wait(self, process: Process, ready, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            process.check()
-            if ready():
-                return
-            time.sleep(0.2)
-        raise ControlPlaneError(f"{process.name} not ready after {seconds} s:\n{process.tail()}")
+        wait_ready(process, ready, seconds)
 
     def _readyz(self) -> bool:
         return _http_ok(f"{self.url}/readyz", token=self.admin_token,

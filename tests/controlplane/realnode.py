@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Self
 
 import yaml
-from controlplane import ControlPlane, ControlPlaneError, Process, free_port
+from controlplane import (
+    ControlPlane,
+    ControlPlaneError,
+    Process,
+    Supervisor,
+    free_port,
+    start_process,
+    wait_ready,
+)
 from kubernetes import client as k8s
 
 HERE = Path(__file__).resolve().parent
@@ -94,7 +102,7 @@ def build_images() -> dict[str, str]:
 
 
 @dataclass
-class RealNode:
+class RealNode(Supervisor):
     cp: ControlPlane
     network: PodNetwork
     images: dict[str, str]
@@ -109,17 +117,6 @@ class RealNode:
         self.socket = self.run_dir / "containerd.sock"
 
     # -- lifetime ---------------------------------------------------------------------
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         self._start_containerd()
@@ -147,10 +144,6 @@ class RealNode:
             subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False)
         _drop_kubelet_chains()
         shutil.rmtree(self.run_dir, ignore_errors=True)
-
-    def check(self) -> None:
-        for process in self.processes.values():
-            process.check()
 
     # -- containerd -------------------------------------------------------------------
 
@@ -326,25 +319,12 @@ state = "{self.run_dir / 'state'}"
     # -- processes ------------------------------------------------------------------
 
     def _start(self, name: str, argv: list[str]) -> Process:
-        log = self.dir / f"{name}.log"
-        handle = log.open("wb")
-        popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, cwd=self.dir,
-                                 start_new_session=True)
-        handle.close()
-        process = Process(name, popen, log)
+        process = start_process(self.dir, name, argv)
         self.processes[name] = process
         return process
 
     def _wait(self, process: Process, ready, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            process.check()
-            if ready():
-                return
-            time.sleep(0.3)
-        raise ControlPlaneError(f"{process.name} not ready after {seconds} s:\n"
-                                f"{process.tail(60)}")
+        wait_ready(process, ready, seconds, interval=0.3)
 
 
 @dataclass
