@@ -11,7 +11,7 @@ pass carry on from there, so nothing is lost or done twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -165,11 +165,8 @@ class PassResult:
     plans: list[tuple[ServiceComponent, Plan]] = field(default_factory=list)
     applied: int = 0
     errors: list[str] = field(default_factory=list)
-    # InferenceReplicas of components the repository no longer has, left alone
-    # without --prune.
-    # InferenceReplicas left alone though no component of the repository accounts for
-    # them: (namespace/name, the service (namespace, name) that made them).
-    # (InferenceReplica, its (namespace, service, component)) kept with no component.
+    # InferenceReplicas no component of the repository accounts for, left alone (no
+    # --prune, or kept by it): (namespace/name, its (namespace, service, component)).
     orphans: list[tuple[str, tuple[str, str, str]]] = field(default_factory=list)
     # False when a LIST failed: nothing was planned or written, and the work is unknown.
     observed: bool = True
@@ -242,9 +239,8 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
             result.failed.add(key)
             continue
         result.plans.append((item, plan))
-    for key, replica in sorted(seen.replicas.items()):
-        owner = (key[0], *replica_owner(replica))
-        if owner in wanted or (only is not None and owner not in only):
+    for key, replica, owner in unaccounted_replicas(seen, wanted):
+        if only is not None and owner not in only:
             continue
         if prune is None or owner[:2] in prune.keep:
             result.orphans.append((f"{key[0]}/{key[1]}", owner))
@@ -263,15 +259,26 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
 
 def plan_key(plan: Plan) -> tuple[str, str, str]:
     """(namespace, service, component) of the component a plan is for."""
-    spec = plan.replica.get("spec") or {}
-    return (plan.replica["metadata"].get("namespace", ""), spec.get("inferenceService", ""),
+    return replica_key(plan.replica)
+
+
+def replica_key(replica: dict) -> tuple[str, str, str]:
+    """(namespace, service, component) an InferenceReplica belongs to, from its spec."""
+    spec = replica.get("spec") or {}
+    return (replica["metadata"].get("namespace", ""), spec.get("inferenceService", ""),
             spec.get("component", ""))
 
 
-def replica_owner(replica: dict) -> tuple[str, str]:
-    """(service, component) an InferenceReplica belongs to, from its spec."""
-    spec = replica.get("spec") or {}
-    return spec.get("inferenceService", ""), spec.get("component", "")
+def unaccounted_replicas(seen: Observation, wanted: set[tuple[str, str, str]]
+                         ) -> Iterator[tuple[tuple[str, str], dict, tuple[str, str, str]]]:
+    """(key, InferenceReplica, its component) for each replica the cluster has that no
+    component in ``wanted`` accounts for: its service gone from the repository, the
+    component dropped from it, or the service in another mode. The reconciler keeps or
+    prunes them; the plan shows them as removals."""
+    for key, replica in sorted(seen.replicas.items()):
+        owner = replica_key(replica)
+        if owner not in wanted:
+            yield key, replica, owner
 
 
 def component_key(item: ServiceComponent) -> tuple[str, str, str]:

@@ -42,8 +42,8 @@ from omegitops.reconcile import (
     observe,
     plan_item,
     planning_error,
-    replica_owner,
     run_until_idle,
+    unaccounted_replicas,
 )
 
 NO_CLUSTER = "none"
@@ -205,8 +205,7 @@ def plan_components(cluster: Cluster, items: list[ServiceComponent]) -> Planned:
     now = cluster.now()
     seen = observe(cluster)
     wanted = {component_key(item) for item in items if item.lifecycle.managed}
-    removed = [Removal.of(replica) for (namespace, _), replica in sorted(seen.replicas.items())
-               if (namespace, *replica_owner(replica)) not in wanted]
+    removed = [Removal.of(replica) for _, replica, _ in unaccounted_replicas(seen, wanted)]
     planned: list[PlannedComponent] = []
     for item in items:
         if not item.lifecycle.managed:

@@ -15,20 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
+import test_job
 import yaml
 from conftest import JOB_NAMESPACE, PIPELINES, REPO_ROOT
 from kubernetes import client as k8s
 from realnode import NODE_NAME
+from test_job import git
 
 pytestmark = pytest.mark.node
 
 EXAMPLES = REPO_ROOT / "examples"
 ON_THE_NODE = {"kubernetes.io/hostname": NODE_NAME}
-
-
-def git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout
 
 
 def pod_story(cp, namespace: str, pod: str) -> str:
@@ -123,19 +120,10 @@ def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path)
 
 def examples_remote(cp, name: str) -> tuple[str, Path]:
     """The examples as the main branch of a repository the git daemon serves, with the
-    warm-up windows cut to seconds (the examples wait 15 and 20 minutes)."""
-    work = cp.git.root.parent / f"{name}-work"
-    shutil.copytree(EXAMPLES, work)
-    for path in work.rglob("*.yaml"):
-        text = path.read_text()
-        path.write_text(text.replace("minReadySeconds: 1200", "minReadySeconds: 2")
-                        .replace("minReadySeconds: 900", "minReadySeconds: 2"))
-    git("init", "-q", "-b", "main", cwd=work)
-    git("add", "-A", cwd=work)
-    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "examples",
-        cwd=work)
+    warm-up windows cut to seconds (test_job's remote, moved under the daemon's root)."""
+    made = test_job.examples_remote(cp.git.root.parent / name)
     bare = cp.git.root / f"{name}.git"
-    git("clone", "-q", "--bare", str(work), str(bare), cwd=work.parent)
+    shutil.move(made, bare)
     # The daemon runs as root and the pushes come from it: no permission to fix.
     return cp.git.url(f"{name}.git"), bare
 
