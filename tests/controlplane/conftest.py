@@ -17,11 +17,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +30,6 @@ from controlplane import ControlPlane
 REPO_ROOT = HERE.parents[1]
 PIPELINES = REPO_ROOT / "pipelines"
 OME_CRDS = REPO_ROOT.parent / "shared" / "ome" / "crds"
-EXAMPLES = REPO_ROOT / "examples"
 JOB_NAMESPACE = "omegitops"
 JOB_USER = f"system:serviceaccount:{JOB_NAMESPACE}:omegitops"
 # The gang scheduler's PodGroup CRD, from the scheduler-plugins module: with it
@@ -162,30 +159,3 @@ def argo_cluster(node_cluster):
                        address=cp.node.network.gateway) as argo:
         cp.argo = argo
         yield cp
-
-
-@pytest.fixture
-def examples_in_node_cluster(node_cluster):
-    """The examples' namespaces, runtimes and InferenceServices in the node cluster's API,
-    and the Secret the shipped jobs read git credentials from (the git daemon needs
-    none)."""
-    cp = node_cluster
-    if not cp.ome_crds:
-        pytest.skip("OME's CRDs are not here (../shared/ome/crds is absent)")
-    namespaces = [d["metadata"]["name"] for d in
-                  yaml.safe_load_all((EXAMPLES / "namespaces.yaml").read_text()) if d]
-    # An earlier test's copies must be gone before they can be made again.
-    deadline = time.monotonic() + 120
-    while any(cp.get("v1", "Namespace", None, n) for n in namespaces):
-        assert time.monotonic() < deadline, "an earlier test's namespaces are still going"
-        time.sleep(1)
-    for namespace in namespaces:
-        cp.create_namespace(namespace, wait=True)
-    cp.apply_files(sorted((EXAMPLES / "runtimes").glob("*.yaml"))
-                   + sorted((EXAMPLES / "services").rglob("*.yaml")), validation="Ignore")
-    cp.apply({"apiVersion": "v1", "kind": "Secret",
-              "metadata": {"name": "omegitops-git", "namespace": JOB_NAMESPACE},
-              "stringData": {"username": "omegitops", "token": "unused-by-git-daemon"}})
-    yield cp, namespaces
-    for namespace in namespaces:
-        cp.delete("v1", "Namespace", None, namespace)

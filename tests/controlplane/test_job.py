@@ -95,11 +95,9 @@ def wait_for_terminating_namespaces(cp) -> None:
         time.sleep(1)
 
 
-@pytest.fixture
-def examples_in_cluster(ome_crds, tmp_path):
+def put_examples(cp) -> None:
     """The examples' namespaces, runtimes and InferenceServices in the API, as a cluster
     with OME installed and the repository synced has them."""
-    cp = ome_crds
     wait_for_terminating_namespaces(cp)
     for namespace in example_namespaces():
         cp.create_namespace(namespace, wait=True)
@@ -107,9 +105,18 @@ def examples_in_cluster(ome_crds, tmp_path):
     # drops them, as it does on such a cluster; omegitops reads them from Git.
     cp.apply_files(sorted((EXAMPLES / "runtimes").glob("*.yaml"))
                    + sorted((EXAMPLES / "services").rglob("*.yaml")), validation="Ignore")
-    yield cp
+
+
+def remove_examples(cp) -> None:
     for namespace in example_namespaces():
         cp.delete("v1", "Namespace", None, namespace)
+
+
+@pytest.fixture
+def examples_in_cluster(ome_crds, tmp_path):
+    put_examples(ome_crds)
+    yield ome_crds
+    remove_examples(ome_crds)
 
 
 def test_cronjob_command_line_brings_the_examples_to_ready(examples_in_cluster, tmp_path):

@@ -14,6 +14,7 @@ import copy
 import json
 
 import pytest
+import test_shipped_job
 import yaml
 from argoworkflows import wait_for_workflow, workflow_story
 from conftest import JOB_NAMESPACE, PIPELINES
@@ -25,6 +26,8 @@ from test_shipped_job import ON_THE_NODE, examples_remote, git
 pytestmark = pytest.mark.node
 
 ARGO = PIPELINES / "argo"
+# The examples in the node cluster's API (test_shipped_job's fixture).
+examples_in_node_cluster = test_shipped_job.examples_in_node_cluster
 
 
 def document(path) -> dict:

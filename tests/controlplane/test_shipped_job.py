@@ -180,6 +180,21 @@ def run_job(cp, job: dict, seconds: float) -> str:
     return story
 
 
+@pytest.fixture
+def examples_in_node_cluster(node_cluster):
+    """The examples in the node cluster's API (test_job's), and the Secret the shipped
+    jobs read git credentials from (the git daemon needs none)."""
+    cp = node_cluster
+    if not cp.ome_crds:
+        pytest.skip("OME's CRDs are not here (../shared/ome/crds is absent)")
+    test_job.put_examples(cp)
+    cp.apply({"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "omegitops-git", "namespace": JOB_NAMESPACE},
+              "stringData": {"username": "omegitops", "token": "unused-by-git-daemon"}})
+    yield cp, test_job.example_namespaces()
+    test_job.remove_examples(cp)
+
+
 def test_the_shipped_cronjob_brings_the_examples_to_ready_and_pushes_its_report(
         examples_in_node_cluster):
     cp, namespaces = examples_in_node_cluster
