@@ -42,7 +42,7 @@ def peak_pods(items: list[ServiceComponent]) -> list[dict]:
             continue
         spec = PodSpecInput(desired.namespace, desired.isvc, desired.component,
                             desired.revision, desired.templates,
-                            desired.lifecycle.worker_size, desired.gang)
+                            desired.lifecycle.worker_size, desired.gang, desired.pod_metadata)
         one = instance_pods(spec, 0, 1)
         pods.extend(one * peak_instances(item))
     return pods

@@ -8,7 +8,7 @@ from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.planner import DesiredComponent
 from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig, resolve_component
 from omegitops.lifecycle.revisions import stored_runtime_config
-from omegitops.lifecycle.templates import render_templates, revision_name
+from omegitops.lifecycle.templates import ome_pod_metadata, render_templates, revision_name
 
 
 def build_desired(
@@ -65,4 +65,5 @@ def build_desired(
         runtime_config=config,
         pinned=pinned,
         drifted=drifted,
+        pod_metadata=ome_pod_metadata(isvc, runtime, component),
     )

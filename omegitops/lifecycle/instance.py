@@ -20,6 +20,7 @@ from omegitops.lifecycle.templates import (
     LABEL_REVISION,
     LABEL_RUNNER,
     LEADER,
+    LWS_WORKER_INDEX,
     MANAGED_BY,
     MANAGER,
     SERVING_GATE,
@@ -59,6 +60,9 @@ class PodSpecInput:
     templates: dict[str, dict]
     workers: int
     gang: bool
+    # OME's labels and annotations of the component's pods (templates.ome_pod_metadata),
+    # on every pod whatever revision it is built from.
+    metadata: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def instance_pods(
@@ -74,6 +78,9 @@ def instance_pods(
         template = copy.deepcopy(spec.templates[runner])
         name = pod_name(spec.isvc, spec.component, index, runner, ordinal)
         labels = dict(template["metadata"].get("labels") or {})
+        labels.update(spec.metadata.get("labels") or {})
+        if spec.gang:
+            labels[LWS_WORKER_INDEX] = str(rank)
         labels.update({
             LABEL_ISVC: spec.isvc,
             LABEL_COMPONENT: spec.component,
@@ -115,7 +122,8 @@ def instance_pods(
                 "name": name,
                 "namespace": spec.namespace,
                 "labels": labels,
-                "annotations": dict(template["metadata"].get("annotations") or {}),
+                "annotations": {**(template["metadata"].get("annotations") or {}),
+                                **(spec.metadata.get("annotations") or {})},
             },
             "spec": pod_spec,
         })

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from omegitops.lifecycle.copying import json_copy
+from omegitops.lifecycle.patchkeys import CONTAINER, POD_SPEC, field_of, merge_key
 from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -31,6 +32,28 @@ LABEL_ENTRY = "ome.io/entry"
 SERVING_GATE = "ome.io/serving"
 MAIN_CONTAINER = "ome-container"
 
+# The labels OME's ProcessBaseLabels gives every component pod. The catalogue's routers
+# find their backends by them (``component=engine,ome.io/inferenceservice=...``).
+OME_COMPONENT = "component"
+OME_RUNTIME = "serving-runtime"
+OME_FINE_TUNED = "fine-tuned-serving"
+OME_BASE_MODEL = "base-model-name"
+OME_BASE_MODEL_TYPE = "base-model-type"
+OME_LABELS = frozenset({OME_COMPONENT, OME_RUNTIME, OME_FINE_TUNED, OME_BASE_MODEL,
+                        OME_BASE_MODEL_TYPE})
+OME_RUNTIME_ANNOTATION = "ome.io/serving-runtime"
+OME_BASE_MODEL_ANNOTATION = "ome.io/base-model-name"
+# The rank LeaderWorkerSet labels its pods with: the catalogue's multi-node routers find
+# the leaders of their gangs by ``leaderworkerset.sigs.k8s.io/worker-index=0``.
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# The InferenceService's annotations OME keeps off its pods (ServiceAnnotationDisallowedList).
+_ANNOTATIONS_KEPT_OFF = frozenset({
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "internal.ome.io/storage-initializer-sourceuri",
+    "autoscaling.knative.dev/min-scale", "autoscaling.knative.dev/max-scale",
+    "autoscaling.knative.dev/minScale", "autoscaling.knative.dev/maxScale",
+})
+
 DEFAULT, LEADER, WORKER = "default", "leader", "worker"
 
 # Keys of a component config that are not pod spec fields.
@@ -40,42 +63,52 @@ _NOT_POD_SPEC = {
     "containerConcurrency", "timeoutSeconds", "deploymentStrategy", "maxUnavailable",
     "minAvailable", "acceleratorOverride", "config", "size", "restartPolicy",
 }
-# Lists whose items are merged by name rather than replaced.
-_NAMED_LISTS = {"env", "volumes", "volumeMounts", "containers", "initContainers", "ports"}
+def merge(base: Any, over: Any, definition: str | None = POD_SPEC) -> Any:
+    """``over`` on top of ``base`` as a strategic merge patch does it, which is how OME
+    merges the service's component over its runtime's config.
 
-
-def merge(base: Any, over: Any) -> Any:
-    """``over`` on top of ``base``: mappings field by field, named lists by name."""
+    Mappings merge field by field. A list merges item by item on its core/v1 patch merge
+    key (``volumeMounts`` by ``mountPath``, ``ports`` by ``containerPort``, ``env`` and
+    ``imagePullSecrets`` by ``name``), and any other list is replaced whole
+    (``tolerations``, ``args``): the keys come from ``patchkeys``, never from a list
+    written here. A null in ``over`` leaves ``base`` as it is: OME reads the service into
+    Go structs, where a null is a field left out.
+    """
     if isinstance(base, dict) and isinstance(over, dict):
         out = dict(base)
         for key, value in over.items():
             if value is None:
                 continue
-            if key in out and key in _NAMED_LISTS:
-                out[key] = _merge_named(out[key], value)
+            entry = field_of(definition, key)
+            if key in out and entry and entry.get("list"):
+                merge_on = merge_key(definition, key)
+                out[key] = _merge_list(out[key], value, merge_on, entry.get("ref")) \
+                    if merge_on else json_copy(value)
             else:
-                out[key] = merge(out.get(key), value)
+                out[key] = merge(out.get(key), value, entry.get("ref") if entry else None)
         return out
     # json_copy: marshal's round trip, several times faster than copy.deepcopy on these
     # leaves (falls back to it for anything not JSON-shaped).
     return json_copy(over) if over is not None else json_copy(base)
 
 
-def _merge_named(base: Any, over: Any) -> Any:
+def _merge_list(base: Any, over: Any, key: str, definition: str | None) -> Any:
+    """Items of ``over`` merged into the items of ``base`` with the same ``key``; the
+    others appended, in order."""
     if not (isinstance(base, list) and isinstance(over, list)):
         return copy.deepcopy(over)
-    merged = {item.get("name"): item for item in base if isinstance(item, dict)}
-    order = [item.get("name") for item in base if isinstance(item, dict)]
+    merged = [item for item in base if isinstance(item, dict)]
+    where = {item.get(key): position for position, item in enumerate(merged)}
     for item in over:
         if not isinstance(item, dict):
             continue
-        name = item.get("name")
-        if name in merged:
-            merged[name] = merge(merged[name], item)
+        position = where.get(item.get(key))
+        if position is None:
+            where[item.get(key)] = len(merged)
+            merged.append(copy.deepcopy(item))
         else:
-            merged[name] = copy.deepcopy(item)
-            order.append(name)
-    return [merged[name] for name in order]
+            merged[position] = merge(merged[position], item, definition)
+    return merged
 
 
 def _pod_part(config: dict) -> tuple[dict, dict, dict]:
@@ -86,11 +119,15 @@ def _pod_part(config: dict) -> tuple[dict, dict, dict]:
     return spec, dict(config.get("labels") or {}), dict(config.get("annotations") or {})
 
 
-def _template(layers: list[dict]) -> dict:
-    """Merge config layers (lowest first) into one pod template."""
+def _template(layers: list[dict], isvc_meta: dict | None = None) -> dict:
+    """Merge config layers (lowest first) into one pod template, over the
+    InferenceService's own labels and annotations (OME unions them with the
+    component's, which win)."""
+    isvc_meta = isvc_meta or {}
     spec: dict = {}
-    labels: dict = {}
-    annotations: dict = {}
+    labels: dict = dict(isvc_meta.get("labels") or {})
+    annotations: dict = {k: v for k, v in (isvc_meta.get("annotations") or {}).items()
+                         if k not in _ANNOTATIONS_KEPT_OFF}
     runner: dict = {}
     for layer in layers:
         if not isinstance(layer, dict):
@@ -100,7 +137,7 @@ def _template(layers: list[dict]) -> dict:
         labels.update(layer_labels)
         annotations.update(layer_annotations)
         if isinstance(layer.get("runner"), dict):
-            runner = merge(runner, layer["runner"])
+            runner = merge(runner, layer["runner"], CONTAINER)
     containers = list(spec.pop("containers", None) or [])
     if runner:
         runner.setdefault("name", MAIN_CONTAINER)
@@ -117,14 +154,58 @@ def render_templates(
     component = lifecycle.component
     runtime_config = dig(runtime, ("spec", RUNTIME_CONFIG[component])) or {}
     service_config = dig(isvc, ("spec", component)) or {}
+    meta = isvc.get("metadata") or {}
+    selector = _node_selector(isvc, runtime, component)
     if lifecycle.shape != "gang":
-        return {DEFAULT: normalize(_template([runtime_config, service_config]))}
+        runners = {DEFAULT: [runtime_config, service_config]}
+    else:
+        runners = {runner: [runtime_config, runtime_config.get(runner) or {},
+                            service_config, service_config.get(runner) or {}]
+                   for runner in (LEADER, WORKER)}
     templates = {}
-    for runner in (LEADER, WORKER):
-        layers = [runtime_config, runtime_config.get(runner) or {},
-                  service_config, service_config.get(runner) or {}]
-        templates[runner] = normalize(_template(layers))
+    for runner, layers in runners.items():
+        template = _template(layers, meta)
+        if selector:
+            template["spec"]["nodeSelector"] = {**(template["spec"].get("nodeSelector") or {}),
+                                                **selector}
+        templates[runner] = normalize(template)
     return templates
+
+
+def _node_selector(isvc: dict, runtime: dict | None, component: str) -> dict:
+    """The runtime's top-level ``spec.nodeSelector`` under the component's own, which
+    wins (OME's MergeNodeSelector); engine and decoder pods only, as OME applies it."""
+    if component not in ("engine", "decoder"):
+        return {}
+    merged = dict(dig(runtime, ("spec", "nodeSelector")) or {})
+    merged.update(dig(isvc, ("spec", component, "nodeSelector")) or {})
+    return merged
+
+
+def ome_pod_metadata(isvc: dict, runtime: dict | None, component: str) -> dict[str, dict]:
+    """The labels and annotations OME gives each pod of a component whatever its
+    revision (ProcessBaseLabels, ProcessBaseAnnotations).
+
+    They are set on every pod as it is made and never enter the revision hash: they
+    name the component, not its template, and a fleet rendered before they were added
+    would otherwise roll every Instance once. Those of the base model that need the
+    BaseModel object (its size category, vendor and format) are left out: omegitops
+    does not read BaseModels.
+    """
+    spec = isvc.get("spec") or {}
+    runtime_name = dig(runtime, ("metadata", "name")) or dig(spec, ("runtime", "name")) or ""
+    model = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    labels = {
+        OME_COMPONENT: component,
+        OME_RUNTIME: str(runtime_name),
+        OME_FINE_TUNED: "true" if model.get("fineTunedWeights") else "false",
+    }
+    annotations = {OME_RUNTIME_ANNOTATION: str(runtime_name)} if runtime_name else {}
+    if model.get("name"):
+        labels[OME_BASE_MODEL] = str(model["name"])
+        labels[OME_BASE_MODEL_TYPE] = "Serving"
+        annotations[OME_BASE_MODEL_ANNOTATION] = str(model["name"])
+    return {"labels": labels, "annotations": annotations}
 
 
 # Fields Kubernetes fills in when they are left out: spelling one out is not a change.

@@ -46,6 +46,9 @@ class DesiredComponent:
     drifted: bool = False
     # The repository no longer has this component and --prune tears it down.
     teardown: bool = False
+    # OME's labels and annotations on every pod of the component
+    # (templates.ome_pod_metadata).
+    pod_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -131,7 +134,7 @@ class Work:
             revision = desired.revision
         return PodSpecInput(desired.namespace, desired.isvc, desired.component, revision,
                             self.templates(revision), desired.lifecycle.worker_size,
-                            desired.gang)
+                            desired.gang, desired.pod_metadata)
 
     def seconds(self, name: str) -> float | None:
         """An operator duration setting in seconds (None when unset)."""

@@ -23,7 +23,7 @@ from omegitops.lifecycle.resolve import (
     ComponentLifecycle,
     dig,
 )
-from omegitops.lifecycle.templates import render_templates
+from omegitops.lifecycle.templates import ome_pod_metadata, render_templates
 from omegitops.manifests.repository import INFERENCE_SERVICE, Manifest, ManifestError
 
 # Kubernetes' documented scalability limit ("no more than 150,000 total pods"): a
@@ -104,8 +104,9 @@ def component_errors(service: Manifest, runtime: Manifest | None,
     if rendered is not None:
         rendered["templates"] = templates
     return _container_errors(service, runtime, lifecycle, templates) + \
+        _duplicate_errors(service, runtime, lifecycle, templates) + \
         _volume_errors(service, runtime, lifecycle, templates) + \
-        _label_errors(service, lifecycle, templates)
+        _label_errors(service, lifecycle, templates, runtime)
 
 
 def _effective(service: Manifest, runtime: Manifest | None, component: str,
@@ -168,6 +169,54 @@ def _container_errors(service: Manifest, runtime: Manifest | None,
     return []
 
 
+def _duplicates(items: Any, key: Any) -> list:
+    """The values of ``key`` that more than one item of ``items`` has."""
+    seen, twice = set(), []
+    for item in items or []:
+        value = key(item) if isinstance(item, dict) else None
+        if value in (None, "") or value in seen:
+            if value not in (None, "") and value not in twice:
+                twice.append(value)
+            continue
+        seen.add(value)
+    return twice
+
+
+def _duplicate_errors(service: Manifest, runtime: Manifest | None,
+                      lifecycle: ComponentLifecycle,
+                      templates: dict[str, dict]) -> list[ManifestError]:
+    """What the API server refuses as a ``Duplicate value`` in a pod, on every pass:
+    two containers or two volumes of one name, two mounts at one path in a container,
+    two ports of one name in a container, one host port taken twice."""
+    component = lifecycle.component
+    for runner, template in templates.items():
+        spec = template["spec"]
+        pods = "pods" if runner == "default" else f"{runner} pods"
+        containers = [c for key in ("initContainers", "containers")
+                      for c in spec.get(key) or [] if isinstance(c, dict)]
+        found = [("container name", v, "containers")
+                 for v in _duplicates(containers, lambda c: c.get("name"))]
+        found += [("volume name", v, "volumes")
+                  for v in _duplicates(spec.get("volumes"), lambda v: v.get("name"))]
+        found += [("host port", f"{v[0]}/{v[1]}", "ports") for v in _duplicates(
+            [p for c in containers for p in c.get("ports") or []],
+            lambda p: (p.get("hostPort"), p.get("protocol") or "TCP") if p.get("hostPort")
+            else None)]
+        for container in containers:
+            cname = container.get("name") or "(unnamed)"
+            found += [(f"mount path in container {cname}", v, "volumeMounts") for v in
+                      _duplicates(container.get("volumeMounts"), lambda m: m.get("mountPath"))]
+            found += [(f"port name in container {cname}", v, "ports")
+                      for v in _duplicates(container.get("ports"), lambda p: p.get("name"))]
+        if found:
+            what, value, field = found[0]
+            return [service.error(("spec", component), (
+                f"component {component}'s {pods} would have the {what} {value!r} twice, "
+                f"and the API server refuses them (Duplicate value): keep one in {field} "
+                f"{_volumes_where(component, runner, runtime)}"))]
+    return []
+
+
 def _volume_errors(service: Manifest, runtime: Manifest | None,
                    lifecycle: ComponentLifecycle,
                    templates: dict[str, dict]) -> list[ManifestError]:
@@ -198,11 +247,14 @@ def _volume_errors(service: Manifest, runtime: Manifest | None,
 
 
 def _label_errors(service: Manifest, lifecycle: ComponentLifecycle,
-                  templates: dict[str, dict]) -> list[ManifestError]:
+                  templates: dict[str, dict],
+                  runtime: Manifest | None = None) -> list[ManifestError]:
     """Label keys and values, annotation keys and container names the API server
-    would refuse, with the rules of ``lifecycle/names.py``."""
+    would refuse, with the rules of ``lifecycle/names.py``; OME's own labels too (the
+    model's name is one)."""
     component = lifecycle.component
-    for name in template_names(templates):
+    ome = ome_pod_metadata(service.data, runtime.data if runtime else None, component)
+    for name in template_names({**templates, "every": {"metadata": ome, "spec": {}}}):
         if name.rule.allows(name.value):
             continue
         shown = name.value if len(name.value) <= 70 else f"{name.value[:67]}..."
