@@ -181,6 +181,7 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
                int(labels[LABEL_INDEX]))
         by_instance.setdefault(key, []).append(pod)
     _check_revision_labels(cluster, pods)
+    sizes = _stored_sizes(cluster)
     shapes = {(i.service.id.namespace, i.service.id.name, i.lifecycle.component): i.lifecycle
               for i in items}
     live_by_component: Counter = Counter()
@@ -191,7 +192,10 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
             continue
         live_by_component[key[:3]] += len(live)
         if lifecycle.shape == "gang":
-            want = 1 + lifecycle.worker_size
+            # The size of the revision the gang runs: a resized gang moves as a new one.
+            revisions = {P.revision_of(p) for p in live}
+            workers = sizes.get((key[0], revisions.pop())) if len(revisions) == 1 else None
+            want = 1 + (lifecycle.worker_size if workers is None else workers)
             # A gang is created, routed, moved and deleted whole, on one revision.
             if whole:
                 assert len(live) in (0, want), (key, [p["metadata"]["name"] for p in live])
@@ -209,7 +213,10 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
     for key, lifecycle in shapes.items():
         if not lifecycle.managed:
             continue
-        need = 1 + lifecycle.worker_size if lifecycle.shape == "gang" else 1
+        need = 1 + max([lifecycle.worker_size] + [
+            size for (namespace, revision), size in sizes.items()
+            if namespace == key[0] and revision.startswith(f"{key[1]}-{key[2]}-")]) \
+            if lifecycle.shape == "gang" else 1
         # Scaling down from the most this component wanted shrinks a percentage budget,
         # but the Instances on their way out still hold their pods until unrouted.
         most = max_rows[(key[1], key[2])]
@@ -230,6 +237,17 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
         for key in by_instance:
             if key[:3] == (namespace, spec["inferenceService"], spec["component"]):
                 assert key[3] in indices, f"pods of Instance {key} have no row"
+
+
+def _stored_sizes(cluster) -> dict[tuple[str, str], int]:
+    """(namespace, revision) -> the worker count its stored worker template holds."""
+    sizes = {}
+    for revision in cluster.list_objects(CONTROLLER_REVISION):
+        worker = ((revision.get("data") or {}).get("templates") or {}).get("worker") or {}
+        if isinstance(worker.get("size"), int):
+            sizes[(revision["metadata"]["namespace"], revision["metadata"]["name"])] = \
+                worker["size"]
+    return sizes
 
 
 def _check_revision_labels(cluster, pods: list[dict]) -> None:

@@ -67,7 +67,8 @@ def check_instance(work: Work, row: dict) -> dict | None:
     count; such an Instance only waits for its window.
     """
     instance = work.instance(row)
-    if instance.serving_pod_count() >= work.needed and len(instance.live) >= work.needed:
+    need = instance.needed
+    if instance.serving_pod_count() >= need and len(instance.live) >= need:
         return None
     return check_pods(work, row["operation"], instance.pods)
 
@@ -127,7 +128,7 @@ def _ready_in_time(work: Work, pods: list[dict], deadline: float) -> bool:
     """The pods' containers were all ready by the deadline, by their own conditions: the
     operation made its window, and only waits for a pass to put it into rotation (a job
     that runs every few minutes may come by after the deadline)."""
-    since = InstancePods(work.needed, pods).containers_ready_since()
+    since = InstancePods(work.needed_of(pods), pods).containers_ready_since()
     return since is not None and since <= deadline
 
 

@@ -42,8 +42,9 @@ def ready_to_build(work: Work, row: dict) -> bool:
     lost = row["revision"]
     if work.has_templates(lost):
         return True
-    live = work.instance(row).live
-    if len(live) >= work.needed:
+    instance = work.instance(row)
+    live = instance.live
+    if len(live) >= instance.needed:
         return True  # nothing to build: the pods that run it keep running
     newest = work.desired.revision
     operation = row["operation"]

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from omegitops.cluster.times import parse_time
 from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.actions import DeleteObject
 from omegitops.lifecycle.failures import ended_failure
 from omegitops.lifecycle.missing import ready_to_build
-from omegitops.lifecycle.services import podgroup_name
 from omegitops.lifecycle.work import CREATE, CREATING, DELETE, DELETING, READY, Work
 
 CREATE_PODS, WAIT_READY, WAIT_AVAILABLE = "CreatePods", "WaitReady", "WaitAvailable"
@@ -169,11 +167,7 @@ def step_delete(work: Work, row: dict) -> str | None:
         work.wake(min((P.deletion_deadline(p) or work.now) for p in pods))
         _overdue(work, row)
         return None
-    desired = work.desired
-    groups = work.observed.podgroups
-    if groups is not None and podgroup_name(desired, row["index"]) in groups:
-        work.actions.append(DeleteObject("PodGroup", desired.namespace,
-                                         podgroup_name(desired, row["index"])))
+    # Its PodGroup goes with the row (planner: left_podgroups), whatever removed it.
     work.event("Normal", "InstanceDeleted", row["index"], "deleted")
     return GONE
 

@@ -49,7 +49,7 @@ from omegitops.lifecycle.retries import may_start
 from omegitops.lifecycle.revisions import plan_revisions
 from omegitops.lifecycle.rollout import counts_toward_desired, plan_rollout
 from omegitops.lifecycle.rotation import converge_rotation
-from omegitops.lifecycle.services import plan_services
+from omegitops.lifecycle.services import left_podgroups, plan_services
 from omegitops.lifecycle.status import component_status
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 from omegitops.lifecycle.updates import SURGE_CREATE, step_update
@@ -134,6 +134,8 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             removed = True
     else:
         work.actions.extend(plan_services(desired, observed.services))
+        work.actions.extend(DeleteObject("PodGroup", desired.namespace, name) for name in
+                            left_podgroups(desired, observed.podgroups, work.rows, work.groups))
         revisions = plan_revisions(desired, observed.revisions, work.rows.values())
         # A revision is stored before any pod is built from it, as a StatefulSet does: a
         # pass cut short never leaves pods whose templates are nowhere (which a gang

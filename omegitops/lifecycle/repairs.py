@@ -94,9 +94,10 @@ def find_trigger(work: Work, row: dict) -> Trigger | None:
             text = f"pod {pod['metadata']['name']} is in phase Failed: {failure['reason']}"
             return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
     live = [p for p in own if not P.is_terminating(p) and not P.has_ended(p)]
-    if len(live) < work.needed and not [p for p in pods if P.is_terminating(p)]:
+    need = work.needed_for(row)
+    if len(live) < need and not [p for p in pods if P.is_terminating(p)]:
         gone = sorted(set(_own_names(work, row)) - {p["metadata"]["name"] for p in live})
-        text = (f"{len(live)}/{work.needed} pods remain"
+        text = (f"{len(live)}/{need} pods remain"
                 + (f" (pod {gone[0]} is gone)" if gone else ""))
         failure = lost_record(work, gone[0] if gone else None, text)
         return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
@@ -136,7 +137,8 @@ def plan_repairs(work: Work) -> None:
         if trigger.crash_loop:
             if batch is not None and opened >= batch:
                 continue  # repaired on a following pass, without a RepairHeld event
-            serving = InstancePods(work.needed, work.groups.get(index, [])).serving_pod_count()
+            serving = InstancePods(work.needed_for(row),
+                                   work.groups.get(index, [])).serving_pod_count()
             if serving and index not in down_rows:
                 if budget is not None and down + 1 > budget:
                     held.append((row, budget, down))

@@ -57,9 +57,9 @@ def surge_in_use(work: Work) -> tuple[int, list[str], list[float]]:
     Instances, rounded up (the eight draining pods of a scaled-away eight-pod
     Instance hold one slot).
     """
-    need = work.needed
     slots, notes, frees = 0, [], []
     for row in sorted(work.rows.values(), key=lambda r: r["index"]):
+        need = work.needed_for(row)
         pods = _counted_pods(work, work.groups.get(row["index"], []))
         own = need if counts_toward_desired(work, row) else 0
         extra = max(0, len(pods) - own)
@@ -112,7 +112,7 @@ def unavailable(work: Work) -> tuple[int, set[int]]:
         disruptive = operation and operation.get("mode") != SURGE
         # In service while its entry pod serves: a gang that lost a worker still serves
         # through its leader; one whose pods serve nothing is out already.
-        pods = InstancePods(work.needed, work.groups.get(row["index"], []))
+        pods = InstancePods(work.needed_for(row), work.groups.get(row["index"], []))
         if disruptive or pods.serving_pod_count() == 0:
             out.add(row["index"])
     missing = max(0, work.lifecycle.replicas - filled)
@@ -185,7 +185,7 @@ def plan_rollout(work: Work, previous_hold: dict | None) -> dict:
 
 def _has_extras(work: Work, row: dict) -> bool:
     pods = _counted_pods(work, work.groups.get(row["index"], []))
-    return bool(_extras(work, row, pods, work.needed))
+    return bool(_extras(work, row, pods, work.needed_for(row)))
 
 
 def _outdated(work: Work, row: dict, target: str) -> bool:

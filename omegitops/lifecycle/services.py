@@ -82,17 +82,37 @@ def podgroup_name(desired: Any, index: int) -> str:
     return f"{desired.name}-{index}"
 
 
-def plan_podgroup(desired: Any, index: int, observed: dict[str, dict] | None) -> ApplyObject | None:
+def plan_podgroup(desired: Any, index: int, observed: dict[str, dict] | None,
+                  members: int | None = None) -> ApplyObject | None:
     """A PodGroup for a gang, when the cluster has the kind, so that a gang-aware
-    scheduler places all its pods or none."""
+    scheduler places all its pods or none: made with the Instance's pods, and set to
+    their count again when a resized revision rebuilds the Instance."""
     if observed is None or not desired.gang:
         return None
+    members = desired.pods_per_instance if members is None else members
     name = podgroup_name(desired, index)
-    if name in observed:
-        return None
+    current = observed.get(name)
+    if current is not None:
+        if (current.get("spec") or {}).get("minMember") == members:
+            return None
+        return ApplyObject({**current, "spec": {**(current.get("spec") or {}),
+                                                "minMember": members}}, exists=True)
     return ApplyObject({
         "apiVersion": PODGROUP_API,
         "kind": "PodGroup",
         "metadata": {"name": name, "namespace": desired.namespace, "labels": _labels(desired)},
-        "spec": {"minMember": desired.pods_per_instance},
+        "spec": {"minMember": members},
     }, exists=False)
+
+
+def left_podgroups(desired: Any, observed: dict[str, dict] | None, rows: dict[int, dict],
+                   groups: dict[int, list[dict]]) -> list[str]:
+    """PodGroups of Instances that are gone (no row, no pod left): a gang replaced by
+    SurgeThenDrain, or one removed by a scale-down, takes its PodGroup with it."""
+    prefix = f"{desired.name}-"
+    left = []
+    for name in sorted(observed or {}):
+        index = name[len(prefix):] if name.startswith(prefix) else ""
+        if index.isdigit() and int(index) not in rows and not groups.get(int(index)):
+            left.append(name)
+    return left

@@ -29,11 +29,11 @@ TRUE, FALSE = "True", "False"
 def component_status(work: Any, rows: list[dict], previous: dict,
                      rollout: dict) -> dict[str, Any]:
     desired, now = work.desired, work.now
-    need = desired.pods_per_instance
     min_ready = desired.lifecycle.min_ready_seconds
     ready = available = serving = updated = 0
     for row in rows:
         # Every pod of the Instance counts, so it still counts during a surge.
+        need = work.needed_for(row)
         pods = InstancePods(need, work.groups.get(row["index"], []))
         if pods.ready_count() >= need:
             ready += 1

@@ -55,6 +55,8 @@ _ANNOTATIONS_KEPT_OFF = frozenset({
 })
 
 DEFAULT, LEADER, WORKER = "default", "leader", "worker"
+# The key of a worker template that holds the gang's worker count.
+SIZE = "size"
 
 # Keys of a component config that are not pod spec fields.
 _NOT_POD_SPEC = {
@@ -169,7 +171,19 @@ def render_templates(
             template["spec"]["nodeSelector"] = {**(template["spec"].get("nodeSelector") or {}),
                                                 **selector}
         templates[runner] = normalize(template)
+    if WORKER in templates:
+        # A gang's shape is part of its template (update-strategies.txt: a change to its
+        # worker pods alone rolls the leader too): a new size is a new revision, rolled
+        # within the budgets, and the pods of an older revision keep its size.
+        templates[WORKER][SIZE] = lifecycle.worker_size
     return templates
+
+
+def workers_of(templates: dict[str, dict], default: int) -> int:
+    """A gang's worker count at the revision of ``templates`` (``default`` for one
+    stored before the size was part of it)."""
+    size = (templates.get(WORKER) or {}).get(SIZE)
+    return size if isinstance(size, int) else default
 
 
 def _node_selector(isvc: dict, runtime: dict | None, component: str) -> dict:

@@ -331,7 +331,8 @@ def _surge_failed(work: Work, row: dict, failure: dict, new_live: list[dict]) ->
         if P.has_ended(pod):
             work.delete(pod)
     row["operation"] = None
-    row["phase"] = READY if work.instance(row).serving_pod_count() >= work.needed else FAILED
+    instance = work.instance(row)
+    row["phase"] = READY if instance.serving_pod_count() >= instance.needed else FAILED
     work.event("Warning", "UpdateFailed", row["index"],
                f"update to {target} failed: {failure['reason']}: {failure['message']}; "
                "the old pod keeps serving")

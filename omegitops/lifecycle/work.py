@@ -18,6 +18,7 @@ from omegitops.lifecycle.replica import replica_name
 from omegitops.lifecycle.resolve import ComponentLifecycle, timeout_seconds
 from omegitops.lifecycle.revisions import stored_templates
 from omegitops.lifecycle.services import plan_podgroup, podgroup_name
+from omegitops.lifecycle.templates import workers_of
 
 # Operation types (DESIGN.md §4); an Update also has a mode.
 CREATE, UPDATE, DELETE, RESTART = "Create", "Update", "Delete", "Restart"
@@ -89,6 +90,8 @@ class Work:
     hold: dict | None = None
     # Instances that already took their one step this pass.
     moved: set[int] = field(default_factory=set)
+    # Pods per Instance at a stored revision (needed_at).
+    sizes: dict[str, int] = field(default_factory=dict)
 
     # -- reading --------------------------------------------------------------
 
@@ -98,7 +101,36 @@ class Work:
 
     @property
     def needed(self) -> int:
+        """Pods per Instance at the desired revision."""
         return self.desired.pods_per_instance
+
+    def needed_at(self, revision: str | None) -> int:
+        """Pods per Instance at ``revision``: a gang resized by a later revision keeps
+        its own size until it moves."""
+        if not self.desired.gang or revision == self.desired.revision or \
+                not self.has_templates(revision):
+            return self.needed
+        if revision not in self.sizes:  # a stored revision's templates are unpacked to read
+            self.sizes[revision] = 1 + workers_of(self.templates(revision),
+                                                  self.lifecycle.worker_size)
+        return self.sizes[revision]
+
+    def needed_for(self, row: dict) -> int:
+        """Pods the Instance of ``row`` needs: at the revision its live pods run (the
+        target's once an update has built them), else at the row's."""
+        if not self.desired.gang:
+            return 1
+        return self.needed_of(self.own_pods(row), row.get("revision"))
+
+    def needed_of(self, pods: list[dict], otherwise: str | None = None) -> int:
+        """Pods a gang of ``pods`` needs, at the one revision its live pods run (at
+        ``otherwise``, or the desired revision, when they run none or several)."""
+        if not self.desired.gang:
+            return 1
+        running = {P.revision_of(p) for p in pods
+                   if not P.is_terminating(p) and not P.has_ended(p)}
+        return self.needed_at(running.pop() if len(running) == 1 else
+                              otherwise or self.desired.revision)
 
     def own_pods(self, row: dict) -> list[dict]:
         """The pods that are the Instance itself (not a surge replacement or an extra)."""
@@ -109,7 +141,7 @@ class Work:
         return [p for p in pods if P.ordinal_of(p) == ordinal]
 
     def instance(self, row: dict) -> InstancePods:
-        return InstancePods(self.needed, self.own_pods(row))
+        return InstancePods(self.needed_for(row), self.own_pods(row))
 
     def has_templates(self, revision: str | None) -> bool:
         """Whether pods can be built at ``revision``: the desired one, or one whose
@@ -132,8 +164,9 @@ class Work:
         # with one whose templates are gone (lifecycle/missing.py rebases the row first).
         if not self.has_templates(revision):
             revision = desired.revision
+        templates = self.templates(revision)
         return PodSpecInput(desired.namespace, desired.isvc, desired.component, revision,
-                            self.templates(revision), desired.lifecycle.worker_size,
+                            templates, workers_of(templates, desired.lifecycle.worker_size),
                             desired.gang, desired.pod_metadata)
 
     def seconds(self, name: str) -> float | None:
@@ -212,7 +245,8 @@ class Work:
         missing = [pod for pod in wanted if pod["metadata"]["name"] not in have]
         if not missing:
             return []
-        group = plan_podgroup(self.desired, row["index"], self.observed.podgroups)
+        group = plan_podgroup(self.desired, row["index"], self.observed.podgroups,
+                              len(wanted))
         if group is not None:
             self.actions.append(group)
         avoid = row.get("avoidNodes") or []
