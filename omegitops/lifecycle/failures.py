@@ -47,6 +47,51 @@ def lost_record(work: Work, pod: str | None, message: str) -> dict:
             "message": message, "time": format_time(work.now)}
 
 
+STUCK_TERMINATING = "PodStuckTerminating"
+
+
+def stuck_terminating(work: Work, pods: list[dict]) -> list[dict]:
+    """Pods the API still lists past their deletion grace: their node stopped reporting
+    (the kubelet never confirms the deletion) or a finalizer holds them."""
+    return [p for p in pods if P.is_terminating(p)
+            and (P.deletion_deadline(p) or work.now) < work.now]
+
+
+def terminating_text(pod: dict) -> str:
+    node = P.node_of(pod)
+    where = f" on node {node}" if node else ""
+    since = pod["metadata"].get("deletionTimestamp")
+    return (f"pod {pod['metadata']['name']}{where} is still terminating past its deletion "
+            f"grace ({since}): it goes when its node reports again or its Node object is "
+            "removed")
+
+
+def wait_gone(work: Work, operation: dict, pods: list[dict]) -> dict | None:
+    """An operation waiting for ``pods`` to go before it can build their names again.
+
+    Every wait has a name and a deadline (instances.txt: "OME moves an Instance to
+    Failed when an operation can't finish"; "The operation's waiting field names most
+    holds"): a pod past its deletion grace is named in ``waiting``, and at the
+    operation's deadline the operation fails with it. A pod within its grace only
+    wakes the pass when the grace ends.
+    """
+    stuck = stuck_terminating(work, pods)
+    within = [p for p in pods if p not in stuck and P.is_terminating(p)]
+    if within:
+        work.wake(min(P.deletion_deadline(p) or work.now for p in within))
+    if not stuck:
+        return None
+    text = terminating_text(stuck[0])
+    operation["waiting"] = text
+    deadline = operation.get("deadline")
+    if deadline and work.now >= parse_time(deadline):
+        return failure_record(work, stuck[0], STUCK_TERMINATING,
+                              f"the operation ran past its deadline: {text}")
+    if deadline:
+        work.wake(parse_time(deadline))
+    return None
+
+
 def ended_failure(work: Work, pod: dict) -> dict:
     """Why a pod ended: its own reason (Evicted) or its main container's."""
     status = pod.get("status") or {}

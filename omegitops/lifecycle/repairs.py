@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.budgets import scaled_value
-from omegitops.lifecycle.failures import ended_failure, failure_record, lost_record
+from omegitops.lifecycle.failures import ended_failure, failure_record, lost_record, wait_gone
 from omegitops.lifecycle.instance import InstancePods, instance_pods
 from omegitops.lifecycle.templates import MAIN_CONTAINER
 from omegitops.lifecycle.work import READY, RESTART, Work
@@ -95,6 +95,19 @@ def find_trigger(work: Work, row: dict) -> Trigger | None:
             return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
     live = [p for p in own if not P.is_terminating(p) and not P.has_ended(p)]
     need = work.needed_for(row)
+    leaving = [p for p in own if P.is_terminating(p)]
+    if len(live) < need and leaving:
+        # A Ready Instance has no deletion of its own in flight: someone else deleted the
+        # pod (the taint manager of a node that stopped reporting, an eviction). It has
+        # fewer pods than it needs from now on (restart-policy.txt), whether or not the
+        # pod ever goes: the restart opens at once and waits for the name under its
+        # deadline.
+        pod = leaving[0]
+        node = P.node_of(pod)
+        text = (f"{len(live)}/{need} pods remain (pod {pod['metadata']['name']} is being "
+                f"deleted{f' on node {node}' if node else ''})")
+        failure = lost_record(work, pod["metadata"]["name"], text)
+        return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
     if len(live) < need and not [p for p in pods if P.is_terminating(p)]:
         gone = sorted(set(_own_names(work, row)) - {p["metadata"]["name"] for p in live})
         text = (f"{len(live)}/{need} pods remain"
@@ -174,7 +187,7 @@ def open_restart(work: Work, row: dict, trigger: Trigger) -> None:
 
 
 def step_restart(work: Work, row: dict) -> None:
-    from omegitops.lifecycle.updates import bring_up, recreate
+    from omegitops.lifecycle.updates import bring_up, fail_operation, recreate
 
     operation = row["operation"]
     if operation.get("mode") == "Instance":
@@ -189,6 +202,9 @@ def step_restart(work: Work, row: dict) -> None:
         if ended:
             operation["step"] = "WaitGone"
             work.wake(min(P.deletion_deadline(p) or work.now for p in ended))
+            failure = wait_gone(work, operation, ended)
+            if failure is not None:
+                fail_operation(work, row, failure)
             return
         operation["step"] = "CreatePods"
     bring_up(work, row)

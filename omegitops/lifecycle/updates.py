@@ -24,6 +24,7 @@ from omegitops.lifecycle.failures import (
     ended_failure,
     lost_record,
     revision_caused,
+    wait_gone,
 )
 from omegitops.lifecycle.missing import REVISION_MISSING, ready_to_build
 from omegitops.lifecycle.operations import (
@@ -169,6 +170,11 @@ def _surge_single(work: Work, row: dict) -> str | None:
             for pod in stale:
                 work.delete(pod)
             work.wake(min(P.deletion_deadline(p) or work.now for p in stale))
+            # A pod whose node stopped reporting holds the name past its grace: named,
+            # and the attempt fails at its deadline (the old pod keeps serving).
+            failure = wait_gone(work, operation, stale)
+            if failure is not None:
+                return _surge_failed(work, row, failure, new_live)
             return None
         if not work.create_pods(row, target, row["incarnation"], operation["ordinal"], mine,
                                 operation):
@@ -470,6 +476,9 @@ def recreate(work: Work, row: dict, retarget: bool) -> None:
             # pods (or none): delete the rest, as a Delete does, or this waits forever.
             work.delete_unrouted(pods)
             work.wake(min(P.deletion_deadline(p) or work.now for p in pods))
+            failure = wait_gone(work, operation, pods)
+            if failure is not None:
+                fail_operation(work, row, failure)
             return
         if retarget:
             # Nothing of the Instance is left: build it at the newest revision.
@@ -485,6 +494,19 @@ def recreate(work: Work, row: dict, retarget: bool) -> None:
     bring_up(work, row)
 
 
+def fail_operation(work: Work, row: dict, failure: dict) -> None:
+    """The restart or update of ``row`` failed: out of rotation, Failed, still holding
+    its operation, the failure recorded against the revision it was building."""
+    operation = row["operation"]
+    what = "restart" if operation["type"] == RESTART else "update"
+    target = operation.get("targetRevision") or row["revision"]
+    _out_of_rotation(work, row)
+    row["phase"] = FAILED
+    work.event("Warning", f"{what.capitalize()}Failed", row["index"],
+               f"{what} at {target} failed: {failure['reason']}: {failure['message']}")
+    record_failure(work, row, target, failure)
+
+
 def bring_up(work: Work, row: dict) -> None:
     """CreatePods, WaitReady, WaitAvailable; a failure leaves the Instance Failed,
     still holding its operation."""
@@ -494,7 +516,12 @@ def bring_up(work: Work, row: dict) -> None:
     if recycle_ended(work, row):
         return
     if operation["step"] == CREATE_PODS and not ended_pods(work, row):
-        if clear_leftovers(work, row) or not ready_to_build(work, row):
+        if clear_leftovers(work, row):
+            failure = wait_gone(work, operation, work.groups.get(row["index"], []))
+            if failure is not None:
+                fail_operation(work, row, failure)
+            return
+        if not ready_to_build(work, row):
             return
         # A restart of one pod keeps the Instance's ordinal (1 after a single-pod surge);
         # recreate() has already reset it to 0 for a whole-Instance rebuild.
@@ -505,12 +532,7 @@ def bring_up(work: Work, row: dict) -> None:
         return
     failure = check_instance(work, row)
     if failure is not None:
-        _out_of_rotation(work, row)
-        row["phase"] = FAILED
-        work.event("Warning", f"{what.capitalize()}Failed", row["index"],
-                   f"{what} at {row['revision']} failed: {failure['reason']}: "
-                   f"{failure['message']}")
-        record_failure(work, row, row["revision"], failure)
+        fail_operation(work, row, failure)
         return
     if operation["step"] == WAIT_READY:
         enter_rotation_when_ready(work, row)
