@@ -60,7 +60,7 @@ def test_a_new_worker_size_is_a_new_revision_rolled_within_the_budgets(tmp_path,
     assert not scenario.events("RestartTriggered")
     rows = scenario.rows("svc-engine")
     assert all(row["revision"] == status["updateRevision"] for row in rows)
-    assert all(not (row.get("lastFailure") or {}).get("reason") == "PodLost" for row in rows)
+    assert all((row.get("lastFailure") or {}).get("reason") != "PodLost" for row in rows)
     for names in gangs(scenario).values():
         assert len(names) == 1 + after
     for pod in scenario.pods():

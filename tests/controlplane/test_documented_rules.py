@@ -314,3 +314,29 @@ def test_a_component_at_rest_is_recognised_without_planning_it(converged, monkey
     assert calls == [] and result.applied == 0, (calls, result.applied)
     scenario.fault("evict", f"{NAME}-0-default-0")
     scenario.until(lambda s: bool(calls), seconds=30)
+
+
+def test_a_gang_whose_worker_node_stops_reporting_restarts_named_and_out_of_rotation(
+        converged):
+    """A KWOK node stops reporting; the real node lifecycle controller has the worker
+    deleted, and it stays Terminating. The Ready gang has fewer pods than it needs from
+    that moment: its restart opens at the deletion, its leader leaves rotation, and
+    once the pod is past its grace the restart's waiting names it and its node (as on
+    sim:, tests/test_lost_nodes.py)."""
+    scenario, _ = converged(replicas=1, workers=1, grace=1,
+                            lifecycle={**RECREATE, "instanceReadyTimeout": "30m"})
+    worker = f"{NAME}-0-worker-0"
+    scenario.fault("node-down", worker)
+    scenario.until(lambda s: any(P.is_terminating(p) for p in s.pods(f"{NAME}-0-")),
+                   seconds=150)
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Restarting", seconds=30)
+    triggered = messages(scenario, "RestartTriggered")
+    assert any("is being deleted on node" in m for m in triggered), triggered
+
+    def named(s) -> bool:
+        waiting = (rows(s)[0].get("operation") or {}).get("waiting") or ""
+        return "still terminating past its deletion grace" in waiting
+
+    scenario.until(named, seconds=60)
+    assert _serving_gangs(scenario) == 0, "a gang that lost a pod is out of rotation"
+    assert rows(scenario)[0]["incarnation"] == 2

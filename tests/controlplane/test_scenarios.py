@@ -211,18 +211,28 @@ def test_an_unschedulable_surge_fails_after_the_grace_and_the_old_pod_serves(twi
 def test_a_lost_node_takes_its_instance_out_of_service_until_the_node_is_removed(twin):
     """The pod's node stops reporting: the real node lifecycle controller revokes the pod's
     Ready condition, taints the node and has the pod deleted, but the pod stays
-    Terminating (nobody can confirm it stopped) and keeps its name. Once the Node is
-    removed, the pod garbage collector deletes the pod and the Instance is rebuilt."""
-    t = twin(replicas=2, grace=1, lifecycle={"restartPolicy": "RecreateInstanceOnPodRestart"})
+    Terminating (nobody can confirm it stopped) and keeps its name. The Instance has
+    fewer pods than it needs from the deletion: its restart opens at once and waits for
+    the name, saying which pod on which node holds it. Once the Node is removed, the pod
+    garbage collector deletes the pod and the Instance is rebuilt."""
+    t = twin(replicas=2, grace=1, lifecycle={"restartPolicy": "RecreateInstanceOnPodRestart",
+                                             "instanceReadyTimeout": "30m"})
     t.both(until(settled()))
     t.both(lambda s: s.fault("node-down", "svc-engine-0-default-0"))
     t.both(until(lambda s: s.status(NAME)["servingReplicas"] < 2, seconds=90))
     t.both(until(lambda s: any(P.is_terminating(p) for p in s.pods("svc-engine-0-")),
                  seconds=120))
-    # Its name is taken: the Instance is not rebuilt while the pod stands.
-    for _ in range(3):
-        t.both(lambda s: s.run_pass())
-    assert [r["incarnation"] for r in t.kube.rows(NAME) if r["index"] == 0] == [1]
+
+    def named(s) -> bool:
+        row = next(r for r in s.rows(NAME) if r["index"] == 0)
+        waiting = (row.get("operation") or {}).get("waiting") or ""
+        return "svc-engine-0-default-0 on node " in waiting and "deletion grace" in waiting
+
+    # Its name is taken: the restart waits at WaitGone, named, one incarnation higher.
+    t.both(until(named, seconds=60))
+    [row0] = [r for r in t.kube.rows(NAME) if r["index"] == 0]
+    assert (row0["phase"], row0["incarnation"], row0["operation"]["step"]) == (
+        "Restarting", 2, "WaitGone"), row0
     t.both(lambda s: s.fault("node-removed", "svc-engine-0-default-0"))
     t.both(until(settled(), seconds=240))
     [row0] = [r for r in t.kube.rows(NAME) if r["index"] == 0]
