@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from omegitops.cluster.sim import SimCluster
 from omegitops.lifecycle import pods as P
 from tests.fleet import strategy
 from tests.scenario import converged
@@ -122,14 +123,27 @@ def test_scale_down_keeps_ready_instances_before_a_single_pod_mid_surge(tmp_path
 
 def test_the_last_failure_of_a_lost_pod_names_the_pod_and_when(tmp_path):
     """restart-policy.txt: when a pod failed, the Instance's lastFailure keeps ... its
-    time. A pod lost with its node is gone from the API by the time it is replaced, so
-    the record keeps its name and when a pass found it missing."""
+    time. A pod lost with its node is deleted by the taint manager and never goes while
+    the node is silent: the record is made by the pass that sees it deleted, and names
+    it, its node and when."""
     scenario, _ = converged(tmp_path, replicas=1, grace=5)
     lost = f"{NAME}-0-default-0"
     scenario.fault("node-down", pod=lost)
-    scenario.until(lambda s: all(p["metadata"].get("deletionTimestamp")
-                                 for p in s.pods(lost)))
-    scenario.fault("node-removed", pod=lost)
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Restarting")
+    assert all(p["metadata"].get("deletionTimestamp") for p in scenario.pods(lost))
+    failure = rows(scenario)[0]["lastFailure"]
+    assert (failure["pod"], failure["reason"]) == (lost, "PodLost"), failure
+    assert failure["time"] == scenario.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"(pod {lost} is being deleted on node node-0)" in failure["message"]
+
+
+def test_the_last_failure_of_a_pod_gone_between_passes_says_it_is_gone(tmp_path):
+    """A pod force-deleted between two passes is gone from the API by the next: the
+    record keeps its name and when a pass found it missing."""
+    scenario, _ = converged(tmp_path, replicas=1, grace=5)
+    lost = f"{NAME}-0-default-0"
+    with SimCluster(scenario.path) as cluster:
+        cluster.delete_pod("demo", lost, grace_seconds=0)
     scenario.until(lambda s: rows(s)[0]["phase"] == "Restarting")
     failure = rows(scenario)[0]["lastFailure"]
     assert (failure["pod"], failure["reason"]) == (lost, "PodLost"), failure
