@@ -57,6 +57,7 @@ EXPECTED_ARGV = [
     "--until-idle",
     "--max-seconds", "900",
     "--report-dir", "status",
+    "--report-branch", "omegitops-status",
     "--commit", "--push",
 ]
 
@@ -273,7 +274,7 @@ def test_cron_workflow_runs_the_template():
     declared = {p["name"] for p in template["spec"]["arguments"]["parameters"]}
     passed = {p["name"] for p in workflow["arguments"]["parameters"]}
     assert passed <= declared, f"undeclared parameters {passed - declared}"
-    assert {"repo-url", "branch", "report-dir", "max-seconds"} <= declared
+    assert {"repo-url", "branch", "report-dir", "report-branch", "max-seconds"} <= declared
 
 
 def test_workflow_template_is_bounded_and_cleaned_up():

@@ -411,8 +411,11 @@ def _pods_of(scenario, index):
 def test_a_pod_stuck_terminating_on_a_lost_node_holds_its_instance_until_the_node_goes(
         tmp_path, lifecycle, incarnation):
     """The taint manager deletes the pod of a silent node, but nobody confirms that it
-    stopped, so the API server keeps it, Terminating, and its name stays taken; once the
-    Node object is deleted, PodGC removes it and the Instance is rebuilt elsewhere."""
+    stopped, so the API server keeps it, Terminating, and its name stays taken. The
+    Instance has fewer pods than it needs from the deletion: its restart opens then,
+    one incarnation higher, and waits for the name, saying which pod on which node holds
+    it (with no instanceReadyTimeout, as long as it takes). Once the Node object is
+    deleted, PodGC removes the pod and the Instance is rebuilt elsewhere."""
     scenario = _spread(tmp_path, lifecycle)
     [lost] = _pods_of(scenario, 0)
     node = P.node_of(lost)
@@ -421,11 +424,18 @@ def test_a_pod_stuck_terminating_on_a_lost_node_holds_its_instance_until_the_nod
     scenario.until(lambda s: s.status(NAME)["servingReplicas"] == 1)
     assert not P.is_ready(_pods_of(scenario, 0)[0])  # Ready revoked at 40 s
     scenario.until(lambda s: P.is_terminating(_pods_of(s, 0)[0]))
+    scenario.run_pass()
+    (message,) = messages(scenario, "RestartTriggered")
+    assert f"restart triggered: 0/1 pods remain (pod {LOST} is being deleted on node {node})" \
+        in message
+    assert message.endswith(f"(incarnation={incarnation})")
 
     def held(s):
         [pod] = _pods_of(s, 0)  # the lost pod alone: nothing was created beside it
         assert pod["metadata"]["uid"] == lost["metadata"]["uid"] and P.is_terminating(pod)
-        assert rows(s)[0]["incarnation"] == 1
+        row = rows(s)[0]
+        assert (row["phase"], row["incarnation"], row["operation"]["step"]) == (
+            "Restarting", incarnation, "WaitGone"), row
         assert s.status(NAME)["servingReplicas"] == 1
 
     scenario.watches.append(held)
@@ -434,6 +444,8 @@ def test_a_pod_stuck_terminating_on_a_lost_node_holds_its_instance_until_the_nod
         scenario.advance(600)
         scenario.run_pass()
     assert P.deletion_deadline(_pods_of(scenario, 0)[0]) < scenario.now().timestamp() - 3000
+    waiting = rows(scenario)[0]["operation"]["waiting"]
+    assert f"pod {LOST} on node {node} is still terminating past its deletion grace" in waiting
     scenario.watches.remove(held)
 
     scenario.fault("node-removed", pod=LOST)
@@ -446,6 +458,3 @@ def test_a_pod_stuck_terminating_on_a_lost_node_holds_its_instance_until_the_nod
     assert pod["metadata"]["uid"] != lost["metadata"]["uid"]
     assert P.node_of(pod) != node and P.is_ready(pod)
     assert pod["metadata"]["labels"]["ome.io/instance-incarnation"] == str(incarnation)
-    (message,) = messages(scenario, "RestartTriggered")
-    assert "restart triggered: 0/1 pods remain" in message
-    assert message.endswith(f"(incarnation={incarnation})")

@@ -204,7 +204,8 @@ def test_plan_runs_on_pull_requests_touching_manifests():
 
 def test_plan_runs_omegitops_plan_into_the_summary():
     runs = "\n".join(step.get("run", "") for step in steps(workflow("plan.yml")))
-    assert 'omegitops plan --repo "$MANIFESTS" --base "$BASE"' in runs
+    assert ('omegitops plan --repo "$MANIFESTS" --base "$BASE" --report-branch '
+            '"$REPORT_BRANCH"') in runs
     assert workflow("plan.yml")["jobs"]["plan"]["env"]["MANIFESTS"] == "examples"
     assert '>> "$GITHUB_STEP_SUMMARY"' in runs
     (checkout,) = [s for s in steps(workflow("plan.yml"))
@@ -238,6 +239,7 @@ def test_the_plan_step_plans_a_pull_request_against_its_real_base_branch(tmp_pat
                                                    "sglang:v0.5.6-cu129-amd64"))
     git("commit", "-q", "-a", "-m", "one image")
     outputs, summary = tmp_path / "outputs", tmp_path / "summary"
+    env.update(plan["env"])  # the step's own (REPORT_BRANCH), with the base as a clone has it
     env.update(BASE="main", GITHUB_OUTPUT=str(outputs), GITHUB_STEP_SUMMARY=str(summary))
     done = subprocess.run(["bash", "-e", "-c", plan["run"]], cwd=clone, env=env,
                           capture_output=True, text=True, timeout=300, check=False)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 from omegitops.errors import InputError, UsageError
-from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout, commit_report, push_report
+from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
+from omegitops.gitops.branch import check_report_branch, publish_report
 from omegitops.gitops.repo import report_path
 from omegitops.report import JSON_FILE, merge_reports, write_built_report
 
@@ -38,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--commit", action="store_true",
                         help="commit the merged report when its content changed")
     parser.add_argument("--push", action="store_true", help="push the commit (needs --commit)")
+    parser.add_argument("--report-branch", default=None, metavar="B",
+                        help="with --commit, commit the report onto branch B (made when "
+                             "missing) instead of the manifests' branch")
     parser.add_argument("--author", default=DEFAULT_AUTHOR, metavar='"NAME <EMAIL>"')
     parser.set_defaults(func=run)
 
@@ -69,6 +74,8 @@ def read_shard(folder: Path) -> dict:
 def run(args: argparse.Namespace) -> int:
     if args.push and not args.commit:
         raise UsageError("--push needs --commit")
+    if args.report_branch is not None and not args.commit:
+        raise UsageError("--report-branch needs --commit")
     author = Author.parse(args.author)
     folders = shard_folders(args.shards)
     if args.expect is not None and len(folders) != args.expect:
@@ -83,10 +90,13 @@ def run(args: argparse.Namespace) -> int:
         print(merged["summary"]["text"])
         return 0
     folder = report_path(args.report_dir or DEFAULT_REPORT_DIR)
-    with checkout(args.repo, args.branch, None, writable=True) as repo:
-        write_built_report(repo.root / folder, merged)
-        commit = commit_report(repo.git, folder, author)
-        if commit is not None and args.push:
-            push_report(repo, commit)
+    with checkout(args.repo, args.branch, None, writable=True) as repo, \
+            tempfile.TemporaryDirectory(prefix="omegitops-") as aside:
+        # On a report branch the manifests' tree is only read: the report is built aside.
+        if args.report_branch is not None:
+            check_report_branch(repo, args.report_branch)
+        top = Path(aside) if args.report_branch else repo.root
+        write_built_report(top / folder, merged)
+        publish_report(repo, folder, top / folder, author, args.push, args.report_branch)
     print(merged["summary"]["text"])
     return 0

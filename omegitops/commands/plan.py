@@ -71,6 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, metavar="D",
                         help="with --base, where the job commits its report, relative to the "
                              f"repository root (default: {DEFAULT_REPORT_DIR})")
+    parser.add_argument("--report-branch", default=None, metavar="B",
+                        help="with --base, the branch the job commits its report onto "
+                             "(reconcile --report-branch): the report is read from origin/B "
+                             "(else B) rather than from REF")
     parser.add_argument("-o", "--output", choices=["markdown", "json"], default="markdown")
     parser.add_argument("--max-chars", type=int, default=None, metavar="N",
                         help="Markdown of at most N characters, changed components left out "
@@ -165,7 +169,8 @@ def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
 def _plan_from_base(args: argparse.Namespace, items: list[ServiceComponent], scratch: Path,
                     budget: float | None) -> tuple[dict, Planned, dict | None, str | None]:
     """Rebuild the base's state on a sized simulated cluster, then plan the head on it."""
-    base = base_manifests(Path(args.repo), args.base, args.report_dir, scratch)
+    base = base_manifests(Path(args.repo), args.base, args.report_dir, scratch,
+                          args.report_branch)
     base_items: list[ServiceComponent] = []
     if base.present:
         before = load(base.manifests, args.operator_values)

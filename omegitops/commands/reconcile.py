@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from omegitops.cluster.errors import LeaseLost, LockHeld
 from omegitops.commands.common import add_repo_args, print_errors
 from omegitops.commands.get import replica_table
 from omegitops.errors import InputError, UsageError
-from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout, commit_report, push_report
+from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
+from omegitops.gitops.branch import check_report_branch, publish_report
 from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.repository import INFERENCE_SERVICE
@@ -70,6 +72,11 @@ def _add_git_args(parser: argparse.ArgumentParser) -> None:
                         help="commit the report folder when the report's content changed")
     parser.add_argument("--push", action="store_true",
                         help="push the report commit (needs --commit); never forced")
+    parser.add_argument("--report-branch", default=None, metavar="B",
+                        help="with --commit, commit the report folder onto branch B (made "
+                             "when missing, holding the report only) instead of the "
+                             "manifests' branch, which is then only read: for a protected "
+                             "main")
     parser.add_argument("--prune", action="store_true",
                         help="tear down components the repository no longer has")
     parser.add_argument("--author", default=DEFAULT_AUTHOR, metavar='"NAME <EMAIL>"',
@@ -80,21 +87,32 @@ def run(args: argparse.Namespace) -> int:
     # Usage errors first, before anything is cloned or touched.
     if args.push and not args.commit:
         raise UsageError("--push needs --commit")
+    if args.report_branch is not None and not args.commit:
+        raise UsageError("--report-branch needs --commit")
     author = Author.parse(args.author)
     shard = Shard.parse(args.shard) if args.shard else None
     folder = report_path(args.report_dir or DEFAULT_REPORT_DIR) if args.commit else None
-    with checkout(args.repo, args.branch, args.path, writable=args.commit) as repo:
+    with contextlib.ExitStack() as stack:
+        repo = stack.enter_context(checkout(args.repo, args.branch, args.path,
+                                            writable=args.commit))
         if not Path(repo.manifests).is_dir():
             # Nothing to reconcile toward: no pass, no cluster touched.
             raise InputError(f"{args.repo}: the repository folder does not exist; nothing "
                              "was reconciled")
+        if args.report_branch is not None:
+            check_report_branch(repo, args.report_branch)
         loaded = load(repo.manifests, args.operator_values, shard.owns if shard else None)
         print_errors(loaded.result.errors)
         items = resolved_components(loaded)
         if shard is not None:
             log.info("shard %s: %d components", shard, len(items))
-        report_dir = repo.root / folder if folder else args.report_dir
-        _check_report_dir(report_dir, repo.root if folder else None)
+        # On a report branch the manifests' tree is only read: the report is written
+        # aside, and committed from there.
+        aside = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="omegitops-"))) \
+            if folder and args.report_branch else None
+        top = aside or repo.root
+        report_dir = top / folder if folder else args.report_dir
+        _check_report_dir(report_dir, top if folder else None)
         try:
             # A shard shares the simulated cluster with the others: size it for them all.
             _size_a_new_simulated_cluster(args.cluster, lambda: items if shard is None else
@@ -107,9 +125,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"omegitops: not running: {err}", file=sys.stderr)
             return 0
         if folder is not None:
-            commit = commit_report(repo.git, folder, author)
-            if commit is not None and args.push:
-                push_report(repo, commit)
+            publish_report(repo, folder, report_dir, author, args.push, args.report_branch)
     return code
 
 

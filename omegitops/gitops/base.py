@@ -38,13 +38,16 @@ class Base:
     from_report: bool  # state_commit is the one the committed report names
     manifests: Path  # the exported manifests folder (may be empty)
     present: bool  # whether the manifests folder existed at state_commit
+    # Where the report was read: the base ref, or the report branch.
+    report_at: str = ""
 
     @property
     def description(self) -> str:
         short = self.state_commit[:12]
         if self.from_report:
             return (f"the state the job last reported (commit {short}, named by the status "
-                    f"report at {self.ref}), rebuilt on a simulated cluster sized to fit")
+                    f"report at {self.report_at or self.ref}), rebuilt on a simulated "
+                    "cluster sized to fit")
         return (f"the manifests at {self.ref} (commit {short}), reconciled on a simulated "
                 "cluster sized to fit")
 
@@ -53,8 +56,11 @@ class Base:
                 "fromReport": self.from_report, "manifestsPresent": self.present}
 
 
-def base_manifests(repo: Path, ref: str, report_dir: str, scratch: Path) -> Base:
-    """Export the manifests the plan of ``repo`` against ``ref`` starts from."""
+def base_manifests(repo: Path, ref: str, report_dir: str, scratch: Path,
+                   report_branch: str | None = None) -> Base:
+    """Export the manifests the plan of ``repo`` against ``ref`` starts from; the report
+    is read at ``ref``, or on ``report_branch`` (its remote-tracking branch first) when
+    the job commits it there."""
     tree = work_tree(repo)
     if tree is None:
         raise InputError(f"--base needs a git repository; {repo} is not in one")
@@ -65,15 +71,30 @@ def base_manifests(repo: Path, ref: str, report_dir: str, scratch: Path) -> Base
         if commit is None:
             raise InputError(f"--base {ref}: no such commit in {tree} (fetch it first, e.g. "
                              "actions/checkout with fetch-depth: 0)")
-        report = read_json(git.read(commit, (PurePosixPath(report_dir) / REPORT_FILE).as_posix()))
+        report_at, where = (ref, commit)
+        if report_branch:
+            report_at, where = _report_branch(git, report_branch)
+        report = read_json(git.read(where, (PurePosixPath(report_dir) / REPORT_FILE).as_posix())
+                           ) if where else None
         named = report.get("revision") if report else None
         state = _commit(git, named) if isinstance(named, str) and named else None
         target = scratch / "base"
         target.mkdir(parents=True, exist_ok=True)
         present = _export(git, state or commit, relative, target)
-        return Base(ref, commit, state or commit, state is not None, target / relative, present)
+        return Base(ref, commit, state or commit, state is not None, target / relative, present,
+                    report_at)
     finally:
         git.close()
+
+
+def _report_branch(git: Git, branch: str) -> tuple[str, str | None]:
+    """(how the report branch is named, its commit): ``origin/B`` as fetched with the pull
+    request (actions/checkout with fetch-depth: 0 brings every branch), else a local B."""
+    for name in (f"origin/{branch}", branch):
+        found = _commit(git, name)
+        if found:
+            return name, found
+    return branch, None
 
 
 def _commit(git: Git, ref: str) -> str | None:

@@ -62,7 +62,7 @@ def push_report(checkout: Checkout, commit: ReportCommit, retries: int | None = 
     backoff = BACKOFF_SECONDS if backoff is None else backoff
     git = checkout.git
     assert git is not None, "push needs a git checkout"
-    target = _target(checkout)
+    target = remote_target(checkout)
     reason = ""
     for attempt in range(retries + 1):
         if attempt:
@@ -80,7 +80,7 @@ def push_report(checkout: Checkout, commit: ReportCommit, retries: int | None = 
                               f"{NOTHING_LOST}"))
 
 
-def _target(checkout: Checkout) -> Target:
+def remote_target(checkout: Checkout) -> Target:
     """Where HEAD goes: the branch cloned, or the tracking branch of a local checkout."""
     git = checkout.git
     if checkout.cloned:
@@ -109,7 +109,15 @@ def _push_once(git: Git, target: Target) -> tuple[bool, bool, str]:
     # "[remote rejected]" is a hook or a protection rule: retrying cannot help.
     moved = any("[rejected]" in line for line in refs)
     detail = refs[0].split("\t")[-1] if refs else one_line(err)
-    return False, moved, git.scrub(detail or f"git push exited {status}")
+    return False, moved, git.scrub(remote_says(detail or f"git push exited {status}", err))
+
+
+def remote_says(detail: str, err: str) -> str:
+    """git's reason for a refused push, with what the remote's hook said (its
+    ``remote:`` lines), which names the rule that refused it."""
+    said = [line.removeprefix("remote:").strip() for line in err.splitlines()
+            if line.startswith("remote:") and line.removeprefix("remote:").strip()]
+    return f"{detail} (the remote says: {'; '.join(said[:3])})" if said else detail
 
 
 def _catch_up(git: Git, target: Target, commit: ReportCommit) -> ReportCommit:

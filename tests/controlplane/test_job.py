@@ -57,7 +57,19 @@ def examples_remote(tmp_path: Path) -> Path:
         cwd=work)
     remote = tmp_path / "remote.git"
     git("clone", "-q", "--bare", str(work), str(remote), cwd=tmp_path)
+    protect_main(remote)
     return remote
+
+
+def protect_main(remote: Path) -> None:
+    """Refuse every push to main, as branch protection does: the shipped pipelines
+    commit their report onto a branch of their own."""
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\nwhile read old new ref; do\n"
+                    "  [ \"$ref\" = refs/heads/main ] && "
+                    "{ echo 'main is protected' >&2; exit 1; }\n"
+                    "done\nexit 0\n")
+    hook.chmod(0o755)
 
 
 def example_namespaces() -> list[str]:
@@ -93,6 +105,10 @@ def wait_for_terminating_namespaces(cp) -> None:
     while any(n["metadata"].get("deletionTimestamp") for n in cp.list("v1", "Namespace")):
         assert time.monotonic() < deadline, "an earlier test's namespace is still going"
         time.sleep(1)
+
+
+# Where the shipped pipelines commit the report (pipelines/: --report-branch).
+REPORT_BRANCH = "omegitops-status"
 
 
 def put_examples(cp) -> None:
@@ -141,16 +157,17 @@ def test_cronjob_command_line_brings_the_examples_to_ready(examples_in_cluster, 
     assert pods and all(any(c["type"] == "Ready" and c["status"] == "True"
                             for c in p["status"]["conditions"]) for p in pods)
 
-    # The report was committed and pushed back to the branch the job cloned.
-    log = git("log", "--format=%s", "main", cwd=remote)
-    assert len(log.splitlines()) == 2, log
-    report = git("show", "main:status/status.json", cwd=remote)
+    # The report was committed and pushed onto its own branch; main was only read.
+    assert len(git("log", "--format=%s", "main", cwd=remote).splitlines()) == 1
+    log = git("log", "--format=%s", REPORT_BRANCH, cwd=remote)
+    assert len(log.splitlines()) == 1, log
+    report = git("show", f"{REPORT_BRANCH}:status/status.json", cwd=remote)
     assert '"readyReplicas"' in report or "ready" in report
 
     # The next scheduled run finds nothing to do and writes nothing.
     again = run_job(cp, argv, workdir)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert len(git("log", "--format=%s", "main", cwd=remote).splitlines()) == 2
+    assert len(git("log", "--format=%s", REPORT_BRANCH, cwd=remote).splitlines()) == 1
 
 
 # -- one run at a time: the Lease ---------------------------------------------------------

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.node
 ARGO = PIPELINES / "argo"
 # The examples in the node cluster's API (test_shipped_job's fixture).
 examples_in_node_cluster = test_shipped_job.examples_in_node_cluster
+REPORT_BRANCH = test_shipped_job.test_job.REPORT_BRANCH
 
 
 def document(path) -> dict:
@@ -95,8 +96,8 @@ def test_a_workflow_from_the_cronworkflow_reconciles_and_pushes(argo_fleet):
     assert pods and all(p.spec.node_name == NODE_NAME for p in pods)
     for replica in cp.list("ome.io/v1beta1", "InferenceReplica"):
         assert replica["status"]["readyReplicas"] == replica["spec"]["replicas"], replica
-    assert len(git("log", "--format=%s", "main", cwd=remote).splitlines()) == 2
-    assert git("show", "main:status/status.json", cwd=remote)
+    assert len(git("log", "--format=%s", REPORT_BRANCH, cwd=remote).splitlines()) == 1
+    assert git("show", f"{REPORT_BRANCH}:status/status.json", cwd=remote)
     # The job's namespace enforces Pod Security `restricted`: Argo's pod was admitted
     # with the executor pipelines/README.md documents, and is refused without it.
     assert_restricted_needs_the_documented_executor(cp, pods[0])
@@ -152,7 +153,7 @@ def test_a_sharded_run_fans_out_passes_reports_through_s3_and_commits_once(argo_
         prefix = f"omegitops/omegitops-sharded-manual/reports/shard-{index}/"
         assert any(k.startswith(prefix) and k.endswith("status.json") for k in keys), keys
     # One commit: the merged report.
-    log = git("log", "--format=%s", "main", cwd=remote).splitlines()
-    assert len(log) == 2, log
-    report = git("show", "main:status/status.json", cwd=remote)
+    log = git("log", "--format=%s", REPORT_BRANCH, cwd=remote).splitlines()
+    assert len(log) == 1, log
+    report = git("show", f"{REPORT_BRANCH}:status/status.json", cwd=remote)
     assert all(namespace in report for namespace in namespaces)

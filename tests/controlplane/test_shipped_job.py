@@ -215,10 +215,12 @@ def test_the_shipped_cronjob_brings_the_examples_to_ready_and_pushes_its_report(
         "the fleet's pods belong on KWOK's GPU nodes"
     assert all(any(c["type"] == "Ready" and c["status"] == "True"
                    for c in p["status"]["conditions"]) for p in pods)
-    log = git("log", "--format=%s", "main", cwd=remote).splitlines()
-    assert len(log) == 2, log
-    assert git("show", "main:status/status.json", cwd=remote)
+    # main is protected (test_job.protect_main): the report went to its own branch.
+    assert len(git("log", "--format=%s", "main", cwd=remote).splitlines()) == 1
+    log = git("log", "--format=%s", test_job.REPORT_BRANCH, cwd=remote).splitlines()
+    assert len(log) == 1, log
+    assert git("show", f"{test_job.REPORT_BRANCH}:status/status.json", cwd=remote)
 
     # The next scheduled run finds nothing to do and writes nothing.
     run_job(cp, job_from_cronjob(cronjob, "omegitops-manual-2"), seconds=300)
-    assert git("log", "--format=%s", "main", cwd=remote).splitlines() == log
+    assert git("log", "--format=%s", test_job.REPORT_BRANCH, cwd=remote).splitlines() == log
