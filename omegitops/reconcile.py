@@ -27,7 +27,7 @@ from omegitops.cluster.base import (
     side_by_side,
     trim_pod,
 )
-from omegitops.cluster.errors import AlreadyExists, Conflict, NotFound
+from omegitops.cluster.errors import AlreadyExists, Conflict, NameTaken, NotFound
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, sequence_value
 from omegitops.cluster.times import format_time
 from omegitops.errors import ClusterError
@@ -55,7 +55,13 @@ from omegitops.lifecycle.planner import (
 from omegitops.lifecycle.replica import replica_name
 from omegitops.lifecycle.resolve import OMENATIVE, ComponentLifecycle, Resolved
 from omegitops.lifecycle.revisions import pack_revision, stored_templates
-from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
+from omegitops.lifecycle.templates import (
+    LABEL_COMPONENT,
+    LABEL_INDEX,
+    LABEL_ISVC,
+    MANAGED_BY,
+    MANAGER,
+)
 from omegitops.manifests.load import ServiceComponent
 
 log = logging.getLogger(__name__)
@@ -414,7 +420,16 @@ def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | Non
         if not plan.bookkeeping:
             _write_service_status(cluster, plan.replica, writes)
     for action in plan.actions:
-        _apply(cluster, action)
+        try:
+            _apply(cluster, action)
+        except NameTaken as err:
+            # As a StatefulSet reports a pod it cannot create: a FailedCreate warning on
+            # the InferenceService, and the component's error for this pass.
+            uid = uid or _service_uid(cluster, plan.replica)
+            source = stored["metadata"].get("uid") or stored["metadata"]["name"]
+            cluster.record_event(_event(plan.replica, Event("Warning", "FailedCreate",
+                                                            str(err)), now, uid, source))
+            raise
         writes.count += 1
     source = stored["metadata"].get("uid") or stored["metadata"]["name"]
     for event in plan.events:
@@ -493,8 +508,12 @@ def _apply(cluster: Cluster, action: Action) -> None:
     if isinstance(action, CreatePod):
         try:
             cluster.create_pod(action.pod)
-        except AlreadyExists:
-            pass  # created by a pass that stopped before recording the next step
+        except AlreadyExists as err:
+            # Created by a pass that stopped before recording the next step, if the pod
+            # there is ours; a stranger's is named, never taken for ours.
+            stranger = _stranger(cluster, action.pod)
+            if stranger is not None:
+                raise NameTaken(stranger) from err
     elif isinstance(action, DeletePod):
         try:
             cluster.delete_pod(action.namespace, action.name, action.grace_seconds)
@@ -522,6 +541,24 @@ def _apply(cluster: Cluster, action: Action) -> None:
             pass
     else:  # pragma: no cover - every action type is handled above
         raise TypeError(f"unknown action {action!r}")
+
+
+def _stranger(cluster: Cluster, pod: dict) -> str | None:
+    """Why the pod holding ``pod``'s name is not the one omegitops made, or None."""
+    meta = pod["metadata"]
+    found = cluster.get_object("Pod", meta["namespace"], meta["name"])
+    if found is None:
+        return None  # gone meanwhile: the next pass creates it
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    mine = {key: meta["labels"].get(key) for key in (MANAGED_BY, LABEL_ISVC, LABEL_COMPONENT,
+                                                       LABEL_INDEX)}
+    differ = [key for key, value in mine.items() if labels.get(key) != value]
+    if not differ:
+        return None
+    shown = ", ".join(f"{key}={labels[key]!r}" if key in labels else f"no {key}"
+                      for key in differ)
+    return (f"create Pod {meta['name']} failed: pods \"{meta['name']}\" already exists and is "
+            f"not omegitops' ({shown}): delete or rename that pod, and the Instance is built")
 
 
 def _event(replica: dict, event: Event, now: datetime, uid: str | None,

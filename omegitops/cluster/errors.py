@@ -18,6 +18,12 @@ class AlreadyExists(ClusterError):
     """An object of that kind and name exists already (HTTP 409 AlreadyExists)."""
 
 
+class NameTaken(AlreadyExists):
+    """The name of an object omegitops creates is held by one it does not manage (a pod
+    whose labels were removed by hand, one of another controller's): never taken for
+    omegitops' own earlier create, and never overwritten."""
+
+
 class Conflict(ClusterError):
     """A write based on a stale resourceVersion (HTTP 409 Conflict): read again and retry."""
 

@@ -24,6 +24,7 @@ from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.repository import INFERENCE_SERVICE
 from omegitops.reconcile import (
     IDLE,
+    PASS_LIMIT,
     MANAGED,
     Pruning,
     component_key,
@@ -219,7 +220,13 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
                         # Another run holds the cluster now: write nothing more, but
                         # report what the passes done so far left (reads need no Lease).
                         lost, stop = err, IDLE
-                    if stop != IDLE:
+                    if stop == PASS_LIMIT:
+                        # Something moved on every pass without the work ever ending:
+                        # never a success, whatever the passes' own errors said.
+                        print(f"error: --until-idle stopped: {stop}; the components that "
+                              "stayed busy are in the table below", file=sys.stderr)
+                        failed = True
+                    elif stop != IDLE:
                         log.warning("stopping: %s", stop)
                 else:
                     progress(run_pass(cluster, items, prune))

@@ -44,7 +44,7 @@ from omegitops.lifecycle.repairs import (
     reset_and_release,
     step_restart,
 )
-from omegitops.lifecycle.replica import API_VERSION, KIND, decode_rows, encode_rows
+from omegitops.lifecycle.replica import API_VERSION, KIND, encode_rows, readable_status
 from omegitops.lifecycle.retries import may_start
 from omegitops.lifecycle.revisions import plan_revisions
 from omegitops.lifecycle.rollout import counts_toward_desired, plan_rollout
@@ -98,8 +98,14 @@ class Plan:
 def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: datetime) -> Plan:
     """One bounded step for one component; pure."""
     work = Work(desired, observed, now.timestamp())
-    previous = (observed.replica or {}).get("status") or {}
-    work.rows = {row["index"]: row for row in decode_rows(previous.get("instances"))}
+    previous, unreadable = readable_status((observed.replica or {}).get("status"))
+    work.rows = {row["index"]: row for row in previous.get("instances") or []}
+    if unreadable:
+        # Rebuilt from the pods below (adopt_orphans), as after a deleted InferenceReplica.
+        work.event("Warning", "StatusUnreadable", None, (
+            f"InferenceReplica {desired.namespace}/{desired.name}: {unreadable[0]}"
+            + (f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else "")
+            + "; what it cannot read is rebuilt from the pods"))
     # A newer revision replaces a held one: only the target's retries matter.
     retries = copy.deepcopy(previous.get("revisionRetries") or {})
     work.retries = {rev: entry for rev, entry in retries.items() if rev == desired.revision}
@@ -387,7 +393,8 @@ def _replica(work: Work, rollout: dict) -> dict:
         row["pods"] = [P.pod_row(p) for p in work.groups.get(row["index"], [])
                        if not P.is_terminating(p)]
     ordered = [work.rows[i] for i in sorted(work.rows)]
-    status = component_status(work, ordered, previous.get("status") or {}, rollout)
+    status = component_status(work, ordered, readable_status(previous.get("status"))[0],
+                              rollout)
     status["instances"] = encode_rows(ordered)
     if work.retries:
         status["revisionRetries"] = work.retries

@@ -43,21 +43,136 @@ def encode_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | dict[str, 
 
 
 def decode_rows(stored: Any) -> list[dict[str, Any]]:
-    """Rows from either encoding (or nothing), as fresh copies the caller may change."""
+    """Rows from either encoding (or nothing), as fresh copies the caller may change.
+
+    Rows that cannot be read are left out (``read_rows`` says which and why): the
+    planner then treats their pods as it treats pods with no row at all, rebuilding
+    the rows from them, as it does after the InferenceReplica is deleted.
+    """
+    return read_rows(stored)[0]
+
+
+def read_rows(stored: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """(the rows that can be read, what is wrong with the others, each naming its field
+    under ``status.instances``). A status edited by hand, or written by another tool, is
+    never trusted to have the shape omegitops writes."""
     if not stored:
-        return []
+        return [], []
     stored = json_copy(stored)  # marshal, not copy.deepcopy: see lifecycle/copying.py
     if isinstance(stored, list):
-        return stored
-    if isinstance(stored, dict) and stored.get("encoding") == COLUMNAR:
-        columns = stored.get("columns") or []
-        return [
-            {column: value for column, value in zip(columns, values, strict=False)
-             if value is not None or column in ("operation", "lastFailure")}
-            for values in stored.get("rows") or []
-        ]
-    raise ValueError(f"unknown Instance status encoding {stored.get('encoding')!r}")
+        candidates = list(enumerate(stored))
+    elif isinstance(stored, dict) and stored.get("encoding") == COLUMNAR:
+        columns = stored.get("columns")
+        values = stored.get("rows")
+        if not isinstance(columns, list) or not isinstance(values, list):
+            return [], ["status.instances: a ColumnarV2 status needs lists 'columns' and 'rows'"]
+        candidates = []
+        problems = []
+        for number, row in enumerate(values):
+            if not isinstance(row, list) or len(row) != len(columns):
+                problems.append(f"status.instances.rows[{number}]: not a list of "
+                                f"{len(columns)} values, one per column")
+                continue
+            candidates.append((number, {
+                column: value for column, value in zip(columns, row, strict=True)
+                if isinstance(column, str)
+                and (value is not None or column in ("operation", "lastFailure"))}))
+        rows, more = _readable(candidates)
+        return rows, problems + more
+    elif isinstance(stored, dict):
+        return [], [f"status.instances: unknown encoding {stored.get('encoding')!r}"]
+    else:
+        return [], [f"status.instances: {type(stored).__name__} is not a list of rows"]
+    return _readable(candidates)
+
+
+# The fields every row has, and what each must be.
+_ROW_FIELDS = {
+    "index": "a whole number >= 0",
+    "incarnation": "a whole number >= 1",
+    "phase": "a phase name",
+    "revision": "a revision name",
+}
+
+
+def _readable(candidates: list[tuple[int, Any]]) -> tuple[list[dict], list[str]]:
+    rows, problems, seen = [], [], set()
+    for number, row in candidates:
+        problem = _row_problem(row)
+        if problem is None and row["index"] in seen:
+            problem = f"index: {row['index']} is the index of an earlier row"
+        if problem is not None:
+            problems.append(f"status.instances[{number}]{'.' if problem[0] != ':' else ''}"
+                            f"{problem}")
+            continue
+        seen.add(row["index"])
+        rows.append(row)
+    return rows, problems
+
+
+def _row_problem(row: Any) -> str | None:
+    if not isinstance(row, dict):
+        return f": {type(row).__name__} is not a row"
+    for name, wanted in _ROW_FIELDS.items():
+        value = row.get(name)
+        if name in ("index", "incarnation"):
+            low = 0 if name == "index" else 1
+            fine = isinstance(value, int) and not isinstance(value, bool) and value >= low
+        else:
+            fine = isinstance(value, str) and bool(value)
+        if not fine:
+            shown = "missing" if name not in row else f"{value!r} is not {wanted}"
+            return f"{name}: {shown}"
+    for name in ("operation", "lastFailure"):
+        if row.get(name) is not None and not isinstance(row[name], dict):
+            return f"{name}: {row[name]!r} is not an object"
+    for name in ("pods", "avoidNodes"):
+        if row.get(name) is not None and not isinstance(row[name], list):
+            return f"{name}: {row[name]!r} is not a list"
+    operation = row.get("operation")
+    if operation and not (isinstance(operation.get("type"), str)
+                          and isinstance(operation.get("step"), str)):
+        return "operation: needs a type and a step"
+    return None
 
 
 def _size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")))
+
+
+def readable_status(status: Any) -> tuple[dict[str, Any], list[str]]:
+    """The InferenceReplica's status with every field omegitops reads in the shape it
+    writes them, and what was wrong with those it had to leave out (each naming its
+    field). The rows come through ``read_rows``; the bookkeeping (retries, the event
+    outbox and its counter, the rollout hold, conditions) is dropped when unreadable,
+    as a status deleted by hand would be."""
+    if not isinstance(status, dict):
+        return {}, ([] if status is None else
+                    [f"status: {type(status).__name__} is not an object"])
+    clean = dict(status)
+    rows, problems = read_rows(status.get("instances"))
+    clean["instances"] = rows
+    checks = {
+        "revisionRetries": lambda v: isinstance(v, dict) and all(
+            isinstance(e, dict) and _whole(e.get("attempts", 0)) for e in v.values()),
+        "eventOutbox": lambda v: isinstance(v, list) and all(
+            isinstance(e, dict) and _whole(e.get("sequence") or 0) for e in v),
+        "eventSequence": _whole,
+        "rolloutHold": lambda v: isinstance(v, dict),
+        "conditions": lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v),
+    }
+    for name, fine in checks.items():
+        value = status.get(name)
+        if value is not None and not fine(value):
+            problems.append(f"status.{name}: {_shown(value)} is not what omegitops writes")
+            clean.pop(name)
+    return clean, problems
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
