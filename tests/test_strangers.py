@@ -21,7 +21,7 @@ def test_a_quarantined_pods_name_is_a_named_error_not_a_spin(tmp_path, cli):
         pod = cluster.get_object("Pod", "demo", POD)
         pod["metadata"]["labels"] = {"quarantine": "true"}  # kubectl label ... -
         cluster.replace_object(pod)
-    code, out, err = cli("reconcile", "--repo", str(repo), "--cluster", sim, "--until-idle",
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", sim, "--until-idle",
                          "--max-seconds", "600")
     assert code == 1, err
     assert f'pods "{POD}" already exists and is not omegitops\'' in err, err
@@ -58,7 +58,7 @@ def test_garbage_in_a_replicas_status_is_named_and_rebuilt_from_the_pods(tmp_pat
             replica["status"]["instances"] = garbage
             cluster.replace_status(replica)
         report = tmp_path / f"report-{len(field)}"
-        code, out, err = cli("reconcile", "--repo", str(repo), "--cluster", sim,
+        code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", sim,
                              "--until-idle", "--report-dir", str(report))
         assert code == 0, err
         assert "Traceback" not in err and (report / "status.json").is_file()

@@ -24,8 +24,8 @@ from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.repository import INFERENCE_SERVICE
 from omegitops.reconcile import (
     IDLE,
-    PASS_LIMIT,
     MANAGED,
+    PASS_LIMIT,
     Pruning,
     component_key,
     run_pass,
