@@ -27,7 +27,7 @@ from omegitops.cluster.base import (
     side_by_side,
     trim_pod,
 )
-from omegitops.cluster.errors import AlreadyExists, Conflict, NameTaken, NotFound
+from omegitops.cluster.errors import AlreadyExists, Conflict, CreateRefused, NameTaken, NotFound
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, sequence_value
 from omegitops.cluster.times import format_time
 from omegitops.errors import ClusterError
@@ -52,7 +52,7 @@ from omegitops.lifecycle.planner import (
     converged_plan,
     plan_component,
 )
-from omegitops.lifecycle.replica import replica_name
+from omegitops.lifecycle.replica import decode_rows, encode_rows, replica_name
 from omegitops.lifecycle.resolve import OMENATIVE, ComponentLifecycle, Resolved
 from omegitops.lifecycle.revisions import pack_revision, stored_templates
 from omegitops.lifecycle.templates import (
@@ -422,13 +422,20 @@ def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | Non
     for action in plan.actions:
         try:
             _apply(cluster, action)
-        except NameTaken as err:
+        except CreateRefused as err:
             # As a StatefulSet reports a pod it cannot create: a FailedCreate warning on
-            # the InferenceService, and the component's error for this pass.
+            # the InferenceService with the API server's words, the refusal recorded on
+            # the Instance's operation (its waiting, its deadline), and the component's
+            # error for this pass.
             uid = uid or _service_uid(cluster, plan.replica)
             source = stored["metadata"].get("uid") or stored["metadata"]["name"]
+            # Neither write counts as the pass moving anything: nothing reacts to them,
+            # and the run waits for the operation's deadline rather than asking again.
             cluster.record_event(_event(plan.replica, Event("Warning", "FailedCreate",
                                                             str(err)), now, uid, source))
+            if isinstance(action, CreatePod) and stored.get("metadata", {}).get(
+                    "resourceVersion"):
+                _record_refusal(cluster, stored, action.pod, str(err), now)
             raise
         writes.count += 1
     source = stored["metadata"].get("uid") or stored["metadata"]["name"]
@@ -541,6 +548,29 @@ def _apply(cluster: Cluster, action: Action) -> None:
             pass
     else:  # pragma: no cover - every action type is handled above
         raise TypeError(f"unknown action {action!r}")
+
+
+def _record_refusal(cluster: Cluster, stored: dict, pod: dict, message: str,
+                    now: datetime) -> None:
+    """Put the API server's refusal of ``pod`` on its Instance's operation
+    (``operation.refused``), where the next plan names it and judges its deadline."""
+    try:
+        index = int(pod["metadata"]["labels"][LABEL_INDEX])
+    except (KeyError, ValueError):
+        return
+    status = dict(stored.get("status") or {})
+    rows = decode_rows(status.get("instances"))
+    for row in rows:
+        if row["index"] == index and row.get("operation"):
+            known = row["operation"].get("refused") or {}
+            if (known.get("pod"), known.get("message")) == (pod["metadata"]["name"], message):
+                return  # recorded by an earlier pass
+            row["operation"]["refused"] = {"pod": pod["metadata"]["name"],
+                                           "message": message,
+                                           "time": format_time(now.timestamp())}
+            status["instances"] = encode_rows(rows)
+            cluster.replace_status({**stored, "status": status})
+            return
 
 
 def _stranger(cluster: Cluster, pod: dict) -> str | None:

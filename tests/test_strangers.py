@@ -71,3 +71,55 @@ def test_garbage_in_a_replicas_status_is_named_and_rebuilt_from_the_pods(tmp_pat
             events
         assert pods == ["svc-engine-0-default-0", "svc-engine-1-default-0"], pods
         assert replica["status"]["readyReplicas"] == 2
+
+
+QUOTA = ('pods "svc-engine-0-default-1" is forbidden: exceeded quota: pods, requested: '
+         'pods=1, used: pods=1, limited: pods=1')
+
+
+def test_a_quota_that_refuses_the_surge_pod_is_named_and_fails_the_attempt_at_its_deadline(
+        tmp_path, cli, monkeypatch):
+    """The API server refuses the surge pod (a ResourceQuota): its own words reach a
+    FailedCreate warning and the operation's waiting, never 'not granted to this
+    account'; at instanceReadyTimeout the attempt fails (UpdateFailed, FailedCreate), and
+    the old pod serves throughout."""
+    from omegitops.cluster.errors import AdmissionRefused
+    from tests.fleet import strategy
+
+    lifecycle = {**strategy(maxSurge=1, maxUnavailable=0), "instanceReadyTimeout": "5m"}
+    repo = write_service(tmp_path / "repo", replicas=1, lifecycle=lifecycle)
+    sim = f"sim:{tmp_path / 'cluster.json'}"
+    assert cli("reconcile", "--repo", str(repo), "--cluster", sim, "--until-idle")[0] == 0
+    real = SimCluster.create_pod
+
+    def quota(self, pod):
+        if pod["metadata"]["name"].endswith("-1"):
+            raise AdmissionRefused(f"Pod/demo/{pod['metadata']['name']}: {QUOTA}")
+        return real(self, pod)
+
+    monkeypatch.setattr(SimCluster, "create_pod", quota)
+    write_service(repo, replicas=1, lifecycle=lifecycle, image="sglang:v2")
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", sim)
+    assert code == 1 and "exceeded quota" in err and "not granted" not in err, err
+    with SimCluster(tmp_path / "cluster.json") as cluster:
+        (replica,) = cluster.list_objects("InferenceReplica")
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", sim)
+    with SimCluster(tmp_path / "cluster.json") as cluster:
+        (replica,) = cluster.list_objects("InferenceReplica")
+        events = [e for e in cluster.list_objects("Event") if e["reason"] == "FailedCreate"]
+    from omegitops.lifecycle.replica import decode_rows
+
+    (row,) = decode_rows(replica["status"]["instances"])
+    assert row["operation"]["waiting"].startswith("FailedCreate: ") and \
+        "exceeded quota" in row["operation"]["waiting"]
+    assert events and "exceeded quota" in events[0]["message"]
+    # Past the deadline the attempt fails; the old pod never left rotation.
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", sim, "--until-idle",
+                       "--max-seconds", "600")
+    with SimCluster(tmp_path / "cluster.json") as cluster:
+        failed = [e["message"] for e in cluster.list_objects("Event")
+                  if e["reason"] == "UpdateFailed"]
+        old = cluster.get_object("Pod", "demo", "svc-engine-0-default-0")
+    assert any("FailedCreate" in m and "exceeded quota" in m for m in failed), failed
+    assert any(c["type"] == "Ready" and c["status"] == "True"
+               for c in old["status"]["conditions"])

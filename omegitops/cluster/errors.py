@@ -18,10 +18,20 @@ class AlreadyExists(ClusterError):
     """An object of that kind and name exists already (HTTP 409 AlreadyExists)."""
 
 
-class NameTaken(AlreadyExists):
+class CreateRefused(ClusterError):
+    """The API server will not create a pod omegitops builds, for a reason of the
+    cluster's, not of omegitops' permissions: recorded on the Instance's operation."""
+
+
+class NameTaken(CreateRefused):
     """The name of an object omegitops creates is held by one it does not manage (a pod
     whose labels were removed by hand, one of another controller's): never taken for
     omegitops' own earlier create, and never overwritten."""
+
+
+class AdmissionRefused(CreateRefused):
+    """An admission check refused the request: a ResourceQuota, a LimitRange, Pod
+    Security, a webhook. The message is the API server's own."""
 
 
 class Conflict(ClusterError):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle import outbox
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, ApplyObject, DeleteObject, Event
@@ -271,6 +272,8 @@ def _step(work: Work, row: dict) -> str | None:
             # forever (a reset skips a failed Update by design).
             work.moved.discard(row["index"])
         return None  # kept, with its operation, for inspection until reset or a new revision
+    if operation.get("refused") and _refused_past_deadline(work, row):
+        return None
     if operation["type"] == RESTART:
         step_restart(work, row)
         return None
@@ -281,6 +284,36 @@ def _step(work: Work, row: dict) -> str | None:
     if operation["type"] == DELETE:
         return step_delete(work, row)
     return None
+
+
+def _refused_past_deadline(work: Work, row: dict) -> bool:
+    """A create the API server refused (a quota, a LimitRange, Pod Security, a webhook,
+    a stranger's pod holding the name; the apply layer records it on the operation) is
+    named in ``waiting`` while the operation still creates, and fails the operation at
+    its deadline (instances.txt: "OME moves an Instance to Failed when an operation
+    can't finish"). True when it failed the operation now."""
+    from omegitops.lifecycle.updates import SURGE_CREATE, _surge_failed, fail_operation
+
+    operation = row["operation"]
+    refused = operation["refused"]
+    if operation.get("step") not in (CREATE_PODS, SURGE_CREATE):
+        operation.pop("refused")  # the pods were made since
+        return False
+    operation["waiting"] = f"FailedCreate: {refused.get('message')}"
+    deadline = operation.get("deadline")
+    if not deadline:
+        return False
+    if work.now < parse_time(deadline):
+        work.wake(parse_time(deadline))
+        return False
+    failure = {"pod": refused.get("pod"), "container": None, "reason": "FailedCreate",
+               "exitCode": None, "message": refused.get("message"),
+               "time": format_time(work.now)}
+    if operation.get("mode") == SURGE and not work.desired.gang:
+        _surge_failed(work, row, failure, [])
+    else:
+        fail_operation(work, row, failure)
+    return True
 
 
 def _release_orphaned_replacements(work: Work) -> None:

@@ -35,6 +35,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from omegitops.cluster.errors import (
+    AdmissionRefused,
     AlreadyExists,
     Conflict,
     Expired,
@@ -209,6 +210,8 @@ class CountedStream:
 def _cluster_error(err: HttpError, what: str) -> ClusterError:
     """The cluster layer's error for an HTTP failure, naming the object."""
     text = f"{what}: {err.message or err.reason or f'HTTP {err.status}'}"
+    if _admission(err):
+        return AdmissionRefused(text)
     if err.status == 404:
         return NotFound(text)
     if err.status == 409:
@@ -224,6 +227,20 @@ def _cluster_error(err: HttpError, what: str) -> ClusterError:
     if err.status == 401:
         return ClusterError(f"{text} (HTTP 401: check the credentials)")
     return ClusterError(f"{text} (HTTP {err.status})")
+
+
+# How the API server words a 403 of RBAC ('User "x" cannot create resource "pods"'): any
+# other 403 on a write is an admission plugin's (quota, LimitRange, Pod Security).
+_RBAC = ("cannot ", " resource ")
+
+
+def _admission(err: HttpError) -> bool:
+    """Whether the answer is an admission refusal rather than RBAC or a bad request."""
+    message = err.message or ""
+    if "admission webhook" in message and "denied the request" in message:
+        return True
+    return err.status == 403 and err.method != "GET" and not all(
+        part in message for part in _RBAC)
 
 
 def _forbidden(err: HttpError, what: str) -> str:
