@@ -113,3 +113,30 @@ def test_an_interrupted_run_keeps_its_passes_writes_the_report_and_says_so(
     assert len(saved) == 7  # the two passes' writes were kept
     assert (report / "status.json").exists()
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is put back
+
+
+def test_sigterm_while_a_component_is_planned_stops_the_run(tmp_path, cli, monkeypatch):
+    """SIGTERM arriving while one component is planned is the run's, not that
+    component's error: the run stops as documented (the report written, exit 143), it
+    does not go on with 'not planned, Interrupted'."""
+    import os
+    import signal
+
+    from omegitops import reconcile
+
+    real, calls = reconcile.plan_item, []
+
+    def terminated_while_planning(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 10:  # inside the second pass's planning
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reconcile, "plan_item", terminated_while_planning)
+    state, report = tmp_path / "c.json", tmp_path / "report"
+    got, _, err = cli("reconcile", "--repo", str(EXAMPLES), "--cluster", f"sim:{state}",
+                      "--until-idle", "--report-dir", str(report))
+    assert got == 143, err
+    assert "not planned" not in err
+    assert "interrupted by SIGTERM" in err
+    assert (report / "status.json").exists()

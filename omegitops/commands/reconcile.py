@@ -266,8 +266,10 @@ def _present_but_invalid(loaded) -> set[tuple[str, str]]:
             if m.id.kind == INFERENCE_SERVICE and m.id not in valid}
 
 
-class Interrupted(Exception):
-    """SIGTERM (a pod's termination, a CI job's cancellation), handled like Ctrl-C."""
+class Interrupted(BaseException):
+    """SIGTERM (a pod's termination, a CI job's cancellation), handled like Ctrl-C: a
+    BaseException as KeyboardInterrupt is, so that no error boundary of one component
+    (``except Exception``) takes it for that component's failure and goes on."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
