@@ -163,3 +163,24 @@ def test_a_gang_torn_down_after_losing_a_pod_and_its_revision_is_not_rebuilt(tmp
     assert not [p for p in after["pods"] if p.startswith("deepseek-r1-")]
     assert "deepseek-r1-engine" not in after["ireps"]
     assert "RestartTriggered" not in [e for e in after["events"]]
+
+
+def test_a_kustomize_patch_beside_its_service_is_ambiguous_and_deletes_nothing(tmp_path, cli):
+    """An overlay's patch file holds the service's name and namespace and one field, no
+    deploymentMode: read first (path order), it used to stand for the service as a
+    RawDeployment "not managed", and --prune tore the running service down. Any copy
+    that would be OMENative makes the object ambiguous: an error, and no teardown."""
+    repo, cluster = setup(tmp_path, cli)
+    overlay = repo / "overlays" / "prod"
+    overlay.mkdir(parents=True)
+    (overlay / "a-patch.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
+        "metadata": {"name": "llama-chat", "namespace": "llama-demo"},
+        "spec": {"engine": {"minReplicas": 4}}}))
+    code, out, err = cli("validate", "--repo", str(repo))
+    assert code == 1, out + err
+    assert "overlays/prod/a-patch.yaml" in out + err and "duplicate object" in out + err
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 1, err
+    assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
+    assert "ComponentRemoved" not in state(cluster)["events"]

@@ -303,7 +303,12 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
         found: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] = {}
         problems = service_errors(service, runtime, all_runtimes, operator, regrets, found)
         managed = not problems and _is_managed(service, runtime, operator)
-        if managed and len(copies[service.id]) > 1:
+        if len(copies[service.id]) > 1 and (managed or any(
+                _is_managed(copy, catalog.runtime_for(copy), operator)
+                for copy in copies[service.id][1:])):
+            # Any copy that would be OMENative makes the choice matter: a Kustomize patch
+            # file beside its service (no deploymentMode, read as RawDeployment) must not
+            # stand for the service, or --prune would tear the running one down.
             ambiguous.add(service.id)
             continue
         if managed and runtime is not None and len(copies[runtime.id]) > 1:
