@@ -184,3 +184,61 @@ def test_a_kustomize_patch_beside_its_service_is_ambiguous_and_deletes_nothing(t
     assert code == 1, err
     assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
     assert "ComponentRemoved" not in state(cluster)["events"]
+
+
+def _move_out(repo, tmp_path):
+    """The llama-chat service moved to a folder the walk reaches only through a link."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.move(repo / "services" / "llama-demo" / "llama-chat.yaml", outside / "chat.yaml")
+    return outside
+
+
+def test_a_folder_link_is_listed_not_followed_and_refuses_pruning(tmp_path, cli):
+    repo, cluster = setup(tmp_path, cli)
+    outside = _move_out(repo, tmp_path)
+    (repo / "services" / "linked").symlink_to(outside, target_is_directory=True)
+    code, out, err = cli("validate", "--repo", str(repo))
+    assert code == 1 and "services/linked" in out + err
+    assert "symbolic link to a folder" in out + err and "not followed" in out + err
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 1 and "refusing to prune" in err
+    assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
+
+
+def test_a_folder_that_cannot_be_read_is_listed_and_refuses_pruning(tmp_path, cli,
+                                                                   monkeypatch):
+    """Mode 000 (root reads it anyway, so the refusal is played by scandir)."""
+    import os
+
+    repo, cluster = setup(tmp_path, cli)
+    locked = repo / "services" / "locked"
+    locked.mkdir()
+    shutil.move(repo / "services" / "llama-demo" / "llama-chat.yaml", locked / "chat.yaml")
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path) == os.fspath(locked):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    code, out, err = cli("validate", "--repo", str(repo))
+    assert code == 1 and "services/locked" in out + err
+    assert "folder cannot be read (Permission denied)" in out + err
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 1 and "refusing to prune" in err
+    assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
+
+
+def test_a_submodule_not_checked_out_is_listed_and_refuses_pruning(tmp_path, cli):
+    repo, cluster = setup(tmp_path, cli)
+    (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()
+    (repo / "team-b").mkdir()  # what a clone without --recurse-submodules leaves
+    (repo / ".gitmodules").write_text('[submodule "team-b"]\n\tpath = team-b\n'
+                                      "\turl = https://example.com/team-b.git\n")
+    code, out, err = cli("validate", "--repo", str(repo))
+    assert code == 1 and "team-b" in out + err and "submodule not checked out" in out + err
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 1 and "refusing to prune" in err
+    assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]

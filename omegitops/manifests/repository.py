@@ -165,22 +165,66 @@ def manifest_files(root: Path, values_file: str = DEFAULT_VALUES_FILE) -> list[P
 
 
 def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
-         ) -> tuple[list[Path], list[SkippedFile]]:
-    """The YAML files ``manifest_files`` lists, and the files that look like manifests
-    but are not read, with why."""
-    found, skipped = [], []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part in SKIPPED_DIRS for part in rel.parts[:-1]):
+         ) -> tuple[list[Path], list[SkippedFile], list[ManifestError]]:
+    """The YAML files ``manifest_files`` lists; the files that look like manifests but
+    are not read, with why; and the folders the walk cannot read or will not follow,
+    each an error (a folder nobody can read, a link to a folder, a git submodule that
+    is not checked out), since manifests may be in them and --prune must not take their
+    services for gone."""
+    found, skipped, unread = [], [], []
+
+    def cannot_read(err: OSError) -> None:
+        where = Path(err.filename) if err.filename else root
+        rel = where.relative_to(root).as_posix() if where != root else "."
+        unread.append(ManifestError(rel, None, f"folder cannot be read "
+                                                f"({err.strerror or err}); not read"))
+
+    for folder, dirs, files in os.walk(root, onerror=cannot_read):
+        here = Path(folder)
+        kept = []
+        for name in sorted(dirs):
+            if name in SKIPPED_DIRS:
+                continue
+            if (here / name).is_symlink():
+                rel = (here / name).relative_to(root).as_posix()
+                unread.append(ManifestError(rel, None, (
+                    f"symbolic link to a folder ({_clip(os.readlink(here / name), 100)}); "
+                    "not followed")))
+                continue
+            kept.append(name)
+        dirs[:] = kept
+        for name in sorted(files):
+            path = here / name
+            rel = path.relative_to(root)
+            if path.suffix not in YAML_SUFFIXES + (JSON_SUFFIX,) or \
+                    rel.as_posix() == values_file:
+                continue
+            reason = _unread_reason(path)
+            if reason:
+                skipped.append(SkippedFile(rel.as_posix(), reason))
+            elif path.suffix in YAML_SUFFIXES:
+                found.append(path)
+    unread += _submodules_not_checked_out(root)
+    return sorted(found), sorted(skipped, key=lambda s: s.path), unread
+
+
+def _submodules_not_checked_out(root: Path) -> list[ManifestError]:
+    """Submodules ``.gitmodules`` names whose folder holds nothing: a clone that did not
+    recurse into them, or a checkout that never ran ``git submodule update``."""
+    gitmodules = root / ".gitmodules"
+    if not gitmodules.is_file():
+        return []
+    missing = []
+    for line in gitmodules.read_text(encoding="utf-8", errors="replace").splitlines():
+        key, _, value = line.strip().partition("=")
+        if key.strip() != "path":
             continue
-        if path.suffix not in YAML_SUFFIXES + (JSON_SUFFIX,) or rel.as_posix() == values_file:
-            continue
-        reason = _unread_reason(path)
-        if reason:
-            skipped.append(SkippedFile(rel.as_posix(), reason))
-        elif path.suffix in YAML_SUFFIXES and not path.is_dir():
-            found.append(path)
-    return found, skipped
+        folder = root / value.strip()
+        if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+            missing.append(ManifestError(value.strip(), None, (
+                "git submodule not checked out: its manifests are not read (clone with "
+                "--recurse-submodules, or move them into the repository)")))
+    return missing
 
 
 def _unread_reason(path: Path) -> str | None:
@@ -207,7 +251,8 @@ def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE,
     if not root.is_dir():
         repo.errors.append(ManifestError(str(root), None, "repository folder does not exist"))
         return repo
-    files, repo.skipped_files = walk(root, values_file)
+    files, repo.skipped_files, unread = walk(root, values_file)
+    repo.errors.extend(unread)
     within = Within(root)
     for path in files:
         _read_file(repo, path, owns, within)
