@@ -39,3 +39,29 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# What git quotes in a path (core.quotePath): these by name, other control bytes and
+# every byte over 0x7f in octal.
+_GIT_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v",
+                "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def shown_path(rel: str) -> str:
+    """A repository path as git shows it: as is when it is plain, else quoted, with
+    control characters and bytes that are not ASCII escaped (``"caf\\303\\251.yaml"``).
+    A name that is not UTF-8 (read by Python with surrogate escapes) can then be
+    printed and written into the report, and a name with a newline or an escape
+    sequence cannot forge a line of output."""
+    if rel.isascii() and rel.isprintable() and '"' not in rel and "\\" not in rel:
+        return rel
+    out = []
+    for byte in os.fsencode(rel):
+        char = chr(byte)
+        if char in _GIT_ESCAPES:
+            out.append(_GIT_ESCAPES[char])
+        elif byte < 0x20 or byte >= 0x7F:
+            out.append(f"\\{byte:03o}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'

@@ -205,3 +205,29 @@ def test_messages_are_short_and_located(case, cli, workspace):
                                                           expect.get("errors", [])}
     for message in messages:
         assert len(message) <= MAX_MESSAGE, message[:200]
+
+
+def test_a_file_name_that_is_not_utf8_is_named_as_git_names_it(tmp_path, cli):
+    """A file whose name is not UTF-8 used to crash the report writer after the passes
+    (``surrogates not allowed``) and, on sim:, throw the passes away. It is named as git
+    quotes it, the run reconciles and writes its report, and what it applied is kept."""
+    import json
+    import os
+
+    repo = tmp_path / "repo"
+    shutil.copytree(BASE, repo)
+    text = (BASE / "services" / "good.yaml").read_bytes()
+    bad = text.replace(b"name: good\n", b"name: other\n").replace(
+        b"minReplicas:", b"minReadySeconds: -1\n    minReplicas:", 1)
+    with open(os.fsencode(repo / "services") + b"/caf\xe9.yaml", "wb") as out:
+        out.write(bad)
+    state, report = tmp_path / "c.json", tmp_path / "report"
+    code, out, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{state}",
+                         "--until-idle", "--report-dir", str(report))
+    assert code == 1, err
+    assert "Traceback" not in err
+    assert '"services/caf\\351.yaml"' in err, err
+    written = json.loads((report / "status.json").read_text(encoding="utf-8"))
+    assert '"services/caf\\351.yaml"' in {e.get("path") for e in written["validationErrors"]}
+    saved = json.loads(state.read_text())["objects"].get("InferenceReplica", {})
+    assert saved, "the passes' writes were kept"

@@ -234,6 +234,11 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
             # What the passes applied stays applied (and, on sim:, saved: the cluster is
             # left normally); a pass cut here is one the next run carries on from.
             interrupted = getattr(stop_signal, "signum", signal.SIGINT)
+        # What the passes applied is kept whatever fails after them (the report, say): a
+        # simulated cluster saves it now, as a real one holds it already.
+        save = getattr(cluster, "save", None)
+        if save is not None:
+            save()
         # One LIST of the InferenceReplicas serves the table and the report.
         listed = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
         replicas = [replica_view(r) for r in listed]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegitops.files import shown_path
 from omegitops.ids import ResourceId
 from omegitops.manifests.jsonvalues import normalize_json
 from omegitops.manifests.prescan import file_namespaces
@@ -175,7 +176,7 @@ def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
 
     def cannot_read(err: OSError) -> None:
         where = Path(err.filename) if err.filename else root
-        rel = where.relative_to(root).as_posix() if where != root else "."
+        rel = shown_path(where.relative_to(root).as_posix()) if where != root else "."
         unread.append(ManifestError(rel, None, f"folder cannot be read "
                                                 f"({err.strerror or err}); not read"))
 
@@ -186,7 +187,7 @@ def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
             if name in SKIPPED_DIRS:
                 continue
             if (here / name).is_symlink():
-                rel = (here / name).relative_to(root).as_posix()
+                rel = shown_path((here / name).relative_to(root).as_posix())
                 unread.append(ManifestError(rel, None, (
                     f"symbolic link to a folder ({_clip(os.readlink(here / name), 100)}); "
                     "not followed")))
@@ -201,7 +202,7 @@ def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
                 continue
             reason = _unread_reason(path)
             if reason:
-                skipped.append(SkippedFile(rel.as_posix(), reason))
+                skipped.append(SkippedFile(shown_path(rel.as_posix()), reason))
             elif path.suffix in YAML_SUFFIXES:
                 found.append(path)
     unread += _submodules_not_checked_out(root)
@@ -221,7 +222,7 @@ def _submodules_not_checked_out(root: Path) -> list[ManifestError]:
             continue
         folder = root / value.strip()
         if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
-            missing.append(ManifestError(value.strip(), None, (
+            missing.append(ManifestError(shown_path(value.strip()), None, (
                 "git submodule not checked out: its manifests are not read (clone with "
                 "--recurse-submodules, or move them into the repository)")))
     return missing
@@ -284,7 +285,7 @@ class Within:
 
 def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
                within: Within) -> None:
-    rel = path.relative_to(repo.root).as_posix()
+    rel = shown_path(path.relative_to(repo.root).as_posix())
     repo.files += 1
     if within.outside(path):
         # A link out of the repository would read (and echo) files nobody reviewed.
