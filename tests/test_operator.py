@@ -71,3 +71,19 @@ def test_nothing_set_means_nothing():
     assert settings.instance_ready_timeout is None
     assert settings.repair_batch_size is None
     assert settings.update_retry is None
+
+
+@pytest.mark.parametrize("text", [
+    "ome:\n",
+    "ome:\n  controller:\n    # deploymentMode: OMENative\n",
+    "ome:\n  controller:\n    lifecycle:\n    updateStrategy:\n      engine:\n",
+])
+def test_keys_left_empty_are_the_charts_defaults_as_helm_reads_them(tmp_path, text):
+    """Every setting under a key commented out leaves the key null: Helm reads it as
+    "the chart's default", not as a value of the wrong type that stops every service."""
+    from omegitops.manifests.operator_values import read_operator_values
+
+    (tmp_path / "ome-values.yaml").write_text(text)
+    settings, path = read_operator_values(tmp_path)
+    assert path == "ome-values.yaml"
+    assert settings.deployment_mode is None and settings.update_strategy == {}

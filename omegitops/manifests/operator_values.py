@@ -48,7 +48,9 @@ def read_operator_values(
         raise OperatorConfigError(f"{shown}: symbolic link to a file outside the "
                                   "repository; not read")
     doc = _load(path, shown)
-    data = doc.data if doc else None
+    # A key left with nothing under it (every setting commented out) is null, which Helm
+    # reads as "the chart's default": unset, not a value of the wrong type.
+    data = _without_nulls(doc.data) if doc else None
     if data is not None:
         errors = sorted(validator("OperatorValues").iter_errors(data), key=lambda e: e.path)
         if errors:
@@ -66,6 +68,12 @@ def read_operator_values(
             match and doc) else None
         raise OperatorConfigError(f"{shown}:{line}: {err}" if line else f"{shown}: {err}") \
             from None
+
+
+def _without_nulls(data):
+    if isinstance(data, dict):
+        return {key: _without_nulls(value) for key, value in data.items() if value is not None}
+    return data
 
 
 def _shown(path: Path, root: Path) -> str:
