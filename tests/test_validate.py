@@ -351,3 +351,25 @@ def test_a_reader_that_goes_away_is_no_success(tmp_path, repo):
         os.close(writer)
         assert done.returncode == 1, done.stderr
         assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+
+
+def test_the_runtime_kind_is_honoured_and_named_in_the_error(tmp_path, cli):
+    """spec.runtime.kind: ServingRuntime with only a ClusterServingRuntime of that name:
+    the error says what was looked for, and where the runtime really is."""
+    service = SERVICE.replace("  runtime:\n    name: srt-small\n",
+                              "  runtime:\n    name: srt-small\n    kind: ServingRuntime\n")
+    assert "kind: ServingRuntime" in service
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": RUNTIME, "svc.yaml": service})
+    code, out, err = cli("validate", "--repo", str(repo))
+    assert code == 1
+    assert "no ServingRuntime demo/srt-small (spec.runtime.kind: ServingRuntime)" in out + err
+    assert "a ClusterServingRuntime srt-small exists" in out + err
+    assert "and no ClusterServingRuntime" not in out + err
+
+
+def test_a_disabled_runtime_is_refused_as_ome_refuses_it(tmp_path, cli):
+    runtime = RUNTIME.replace("spec:\n", "spec:\n  disabled: true\n", 1)
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": runtime, "svc.yaml": SERVICE})
+    code, out, err = cli("validate", "--repo", str(repo))
+    assert code == 1
+    assert "specified runtime srt-small is disabled" in out + err

@@ -150,9 +150,13 @@ def service_errors(
         if _find_runtime(runtimes, service) is not None:
             message = f"runtime {name!r} is invalid (see its errors)"
         else:
-            message = (f"runtime {name!r} not found: no ServingRuntime "
-                       f"{service.id.namespace}/{name} and no ClusterServingRuntime {name}")
+            message = _not_found(service, name, runtimes)
         errors.append(service.error(ref_path, message))
+        return errors
+    if runtime is not None and dig(runtime.data, ("spec", "disabled")) is True:
+        # OME refuses a disabled runtime with these words.
+        errors.append(service.error(ref_path, f"specified runtime {name} is disabled "
+                                              f"({runtime.path}: spec.disabled: true)"))
         return errors
     runtime_data = runtime.data if runtime else None
     for component in components_of(service.data, runtime_data):
@@ -179,6 +183,28 @@ def service_errors(
         if warnings is not None:
             warnings.extend(_stuck_budget_warnings(service, lifecycle))
     return errors
+
+
+def _not_found(service: Manifest, name: str, runtimes: dict) -> str:
+    """Why no runtime answers ``spec.runtime``, as its ``kind`` asks for one."""
+    kind = dig(service.data, ("spec", "runtime", "kind"))
+    namespaced = ResourceId(SERVING_RUNTIME, service.id.namespace, name)
+    cluster = ResourceId(CLUSTER_SERVING_RUNTIME, "", name)
+    if kind == SERVING_RUNTIME:
+        hint = (f"; a ClusterServingRuntime {name} exists: set spec.runtime.kind to "
+                f"{CLUSTER_SERVING_RUNTIME}" if cluster in runtimes else "")
+        return (f"runtime {name!r} not found: no ServingRuntime {service.id.namespace}/{name} "
+                f"(spec.runtime.kind: {kind}){hint}")
+    if kind == CLUSTER_SERVING_RUNTIME:
+        hint = (f"; a ServingRuntime {service.id.namespace}/{name} exists: set "
+                f"spec.runtime.kind to {SERVING_RUNTIME}" if namespaced in runtimes else "")
+        return (f"runtime {name!r} not found: no ClusterServingRuntime {name} "
+                f"(spec.runtime.kind: {kind}){hint}")
+    if kind is not None:
+        return (f"spec.runtime.kind {kind!r} is neither {SERVING_RUNTIME} nor "
+                f"{CLUSTER_SERVING_RUNTIME}")
+    return (f"runtime {name!r} not found: no ServingRuntime {service.id.namespace}/{name} "
+            f"and no ClusterServingRuntime {name}")
 
 
 def _namespace_warnings(service: Manifest) -> list[ManifestError]:
