@@ -373,3 +373,23 @@ def test_a_disabled_runtime_is_refused_as_ome_refuses_it(tmp_path, cli):
     code, out, err = cli("validate", "--repo", str(repo))
     assert code == 1
     assert "specified runtime srt-small is disabled" in out + err
+
+
+def test_a_kind_list_is_read_item_by_item_as_kubectl_apply_reads_it(tmp_path, cli):
+    """What ``kubectl get -o yaml`` writes: each item is an object, checked and placed
+    at its own lines; an invalid service inside is not skipped with the whole List."""
+    import yaml as pyyaml
+
+    good = pyyaml.safe_load(SERVICE)
+    bad = pyyaml.safe_load(SERVICE.replace("name: small\n", "name: broken\n"))
+    bad["spec"]["engine"]["minReplicas"] = -3
+    text = pyyaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [good, bad]},
+                            sort_keys=False)
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": RUNTIME, "list.yaml": text})
+    code, out, err = cli("validate", "--repo", str(repo), "-o", "json")
+    assert code == 1, out + err
+    report = json.loads(out)
+    (error,) = [e for e in report["errors"] if "broken" in json.dumps(e)]
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "minReplicas: -3" in row)
+    assert error["path"] == "list.yaml" and error["line"] == line, error
+    assert "small" in json.dumps(report["valid"])

@@ -21,6 +21,7 @@ from omegitops.manifests.prescan import file_namespaces
 from omegitops.manifests.yamlfile import (
     Document,
     YamlError,
+    list_items,
     load_documents,
     load_text,
     read_limited,
@@ -308,7 +309,8 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
         repo.errors.append(ManifestError(rel, None, f"cannot read: {err.strerror}"))
         return
     for doc in documents:
-        _classify(repo, rel, doc)
+        for item in list_items(doc) or [doc]:
+            _classify(repo, rel, item)
 
 
 def _classify(repo: Repository, rel: str, doc: Document) -> None:

@@ -111,6 +111,26 @@ def _child(node: yaml.Node, part: str | int) -> tuple[yaml.Node | None, yaml.Nod
     return None
 
 
+def list_items(doc: Document) -> list[Document] | None:
+    """The items of a ``kind: List`` document (what ``kubectl get -o yaml`` writes), each
+    a document of its own with its own node tree, as ``kubectl apply`` reads them; None
+    for any other document."""
+    data = doc.data
+    if not (isinstance(data, dict) and data.get("kind") == "List"
+            and data.get("apiVersion") == "v1" and isinstance(data.get("items"), list)):
+        return None
+    found = _child(doc.node, "items") if doc.node is not None else None
+    nodes = found[1].value if found and isinstance(found[1], yaml.SequenceNode) else []
+    items = []
+    for position, item in enumerate(data["items"]):
+        node = nodes[position] if position < len(nodes) else None
+        key = doc.non_string_key
+        inside = key is not None and node is not None and (
+            node.start_mark.index <= key.start_mark.index < node.end_mark.index)
+        items.append(Document(doc.index, item, node, key if inside else None))
+    return items
+
+
 def load_documents(text: str) -> Iterator[Document]:
     """Yield every non-empty document of ``text``; raise YamlError on the first bad one."""
     loader = _Loader(text)
