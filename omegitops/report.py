@@ -378,10 +378,19 @@ def report_dir_problem(report_dir: str | os.PathLike, base: Path | None = None) 
     for folder in (target, *target.parents):
         if base is not None and not folder.is_relative_to(base):
             break
+        if folder.is_symlink() and not folder.exists():
+            return f"{shown(folder)} is a symbolic link to nothing"
         if folder.exists() or folder.is_symlink():
             if not folder.is_dir():
                 return f"{shown(folder)} is a file, not a folder"
             break
+    if base is not None:
+        # A link in the repository (a committed ``status`` link, one on the way to
+        # --report-dir) must not carry the report, or a commit of it, out of the clone.
+        for path in (target, target / JSON_FILE, target / MARKDOWN_FILE):
+            if not path.resolve().is_relative_to(base.resolve()):
+                return (f"{shown(path)} leads out of the repository through a symbolic "
+                        "link")
     for name in (JSON_FILE, MARKDOWN_FILE):
         if (target / name).is_dir():
             return f"{shown(target / name)} is a folder, not a file"

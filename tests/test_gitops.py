@@ -609,3 +609,25 @@ def test_after_a_rebase_the_message_is_told_against_the_new_parent(cli, tmp_path
     assert head.message == commit_message(theirs, ours)
     assert head.message.startswith("omegitops: 7 components moved (")
     assert_linear(remote)
+
+
+@pytest.mark.parametrize("link", ["status", "status/STATUS.md"])
+def test_a_report_path_that_leads_out_of_the_clone_is_refused(cli, tmp_path, link):
+    """A ``status`` link committed in the repository (or a report file that is one)
+    would have the report, and its commit, written outside the clone: refused before
+    anything is reconciled, and nothing is written there."""
+    work = tmp_path / "work"
+    shutil.copytree(EXAMPLES, work)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (work / link).parent.mkdir(parents=True, exist_ok=True)
+    (work / link).symlink_to(outside / "STATUS.md" if link.endswith(".md") else outside)
+    repo = git.Repo.init(work, initial_branch="main")
+    repo.git.add("--all")
+    repo.index.commit("manifests", author=SOMEONE, committer=SOMEONE)
+    code, _, err = run_reconcile(cli, tmp_path, str(work), "--commit")
+    assert code == 1, err
+    assert "leads out of the repository through a symbolic link" in err
+    assert "nothing was reconciled" in err
+    assert not list(outside.iterdir())
+    assert not (tmp_path / "cluster.json").exists()
