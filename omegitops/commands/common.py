@@ -41,3 +41,35 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def print_errors(errors: Iterable[Any]) -> None:
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
+
+
+# Ten years: a longer time budget, or a forecast window, is a typo (and past year 9999
+# the clock's arithmetic overflows).
+MAX_SECONDS = 10 * 365 * 86400
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds, >= 0 and at most ten years."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0 or value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds from 0 to {MAX_SECONDS} (ten years)")
+    return value
+
+
+def output_file(text: str) -> str:
+    """An argparse type: a file that can be written: its folder exists, and it is not a
+    folder itself (found only once the work is done, either cost a traceback)."""
+    from pathlib import Path
+
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the folder {path.parent} does not exist")
+    return text

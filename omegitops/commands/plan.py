@@ -28,7 +28,13 @@ from omegitops.cluster import open_cluster, sim_path
 from omegitops.cluster.base import Cluster
 from omegitops.cluster.sim import SimCluster
 from omegitops.cluster.times import format_time
-from omegitops.commands.common import add_repo_args, print_errors, print_json
+from omegitops.commands.common import (
+    add_repo_args,
+    output_file,
+    print_errors,
+    print_json,
+    seconds,
+)
 from omegitops.commands.reconcile import DEFAULT_REPORT_DIR
 from omegitops.errors import UsageError
 from omegitops.fleetsize import sized_pools
@@ -80,15 +86,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="Markdown of at most N characters, changed components left out "
                              "whole (and named) past it: 65000 fits a GitHub comment, "
                              "1000000 a step summary")
-    parser.add_argument("--comment-out", metavar="FILE", default=None,
+    parser.add_argument("--comment-out", metavar="FILE", default=None, type=output_file,
                         help="also write the Markdown cut to fit one GitHub comment "
                              f"({COMMENT_CHARS} characters) to FILE")
-    parser.add_argument("--json-out", metavar="FILE", default=None,
+    parser.add_argument("--json-out", metavar="FILE", default=None, type=output_file,
                         help="also write the plan's JSON document to FILE")
     parser.add_argument("--detailed-exitcode", action="store_true",
                         help="exit 0 when nothing would change, 2 when changes are pending, "
                              "1 on error")
-    parser.add_argument("--forecast-seconds", type=float, default=DEFAULT_BUDGET_SECONDS,
+    parser.add_argument("--forecast-seconds", type=seconds, default=DEFAULT_BUDGET_SECONDS,
                         metavar="S", help="simulated time budget of the forecast "
                                           f"(default: {DEFAULT_BUDGET_SECONDS:.0f})")
     parser.add_argument("--no-forecast", action="store_true", help="skip the forecast")

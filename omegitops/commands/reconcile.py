@@ -14,7 +14,7 @@ from pathlib import Path
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.errors import LeaseLost, LockHeld
-from omegitops.commands.common import add_repo_args, print_errors
+from omegitops.commands.common import add_repo_args, print_errors, seconds
 from omegitops.commands.get import replica_table
 from omegitops.errors import InputError, UsageError
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_cluster_arg(parser)
     parser.add_argument("--until-idle", action="store_true",
                         help="repeat passes while operations are in flight")
-    parser.add_argument("--max-seconds", type=float, default=3600.0,
+    parser.add_argument("--max-seconds", type=seconds, default=3600.0,
                         help="time budget of --until-idle (simulated seconds on sim:)")
     parser.add_argument("--shard", default=None, metavar="I/N",
                         help="reconcile only the namespaces whose stable hash falls in shard "

@@ -8,7 +8,7 @@ from pathlib import Path
 from omegitops.cluster import DEFAULT_CLUSTER, sim_path
 from omegitops.cluster.sim import FaultKind, SimCluster
 from omegitops.cluster.times import format_time, parse_time
-from omegitops.commands.common import print_json, table
+from omegitops.commands.common import print_json, seconds, table
 from omegitops.errors import ClusterError, UsageError
 
 
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     advance = verbs.add_parser("advance", help="move the simulated clock forward")
     _cluster_arg(advance)
     how = advance.add_mutually_exclusive_group(required=True)
-    how.add_argument("--seconds", type=float, help="seconds to let pass")
+    how.add_argument("--seconds", type=seconds, help="seconds to let pass")
     how.add_argument("--next", action="store_true", help="jump to the next transition")
     advance.set_defaults(func=run_advance)
 

@@ -70,7 +70,11 @@ def redact(url: str) -> str:
         scheme, _, rest = url.partition("://")
         head, tail = re.match(r"([^?#]*)(.*)", rest, re.DOTALL).groups()
         return f"{scheme}://{HIDDEN}@{head.rsplit('@', 1)[1]}{tail}"
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a malformed URL ("Invalid IPv6 URL"): hide all before its last '@'
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}{HIDDEN}@{rest.rsplit('@', 1)[1]}" if "@" in rest else url
     if not parts.scheme or "@" not in parts.netloc:
         return url
     userinfo, host = parts.netloc.rsplit("@", 1)
@@ -113,7 +117,13 @@ def resolve(url: str, environ: Mapping[str, str] | None = None) -> tuple[str, Cr
             f"the repository URL {redact(url)} has an '@' after a '/' of its host part: a "
             "user name or password holding '/' must be percent-encoded ('%2F'), or given "
             "as GIT_USERNAME and GIT_TOKEN; nothing was cloned")
-    clean, username, password = split_url(url)
+    try:
+        clean, username, password = split_url(url)
+    except ValueError as err:
+        from omegitops.errors import InputError
+
+        raise InputError(f"the repository URL {redact(url)} is not a valid URL ({err}); "
+                         "nothing was cloned") from None
     if password:
         return clean, Credentials(username or DEFAULT_USERNAME, password)
     found = from_environment(environ)

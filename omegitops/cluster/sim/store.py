@@ -63,6 +63,10 @@ class StateError(ValueError):
     """The file holds JSON that is not a simulated cluster state."""
 
 
+# The latest clock a simulated cluster may show (seconds since the epoch, 9000-01-01).
+LATEST_CLOCK = 221845392000.0
+
+
 def check_shape(state: object) -> None:
     """Raise StateError naming the first thing wrong with a loaded state."""
     if not isinstance(state, dict):
@@ -74,9 +78,12 @@ def check_shape(state: object) -> None:
         if not isinstance(state.get(key), kind):
             raise StateError(f"{key!r} is missing or not a {kind.__name__}")
     try:
-        parse_time(state["clock"])
-    except ValueError:
+        clock = parse_time(state["clock"])
+    except (ValueError, OverflowError):
         raise StateError(f"clock {state['clock']!r} is not an RFC3339 time") from None
+    if clock > LATEST_CLOCK:
+        # Time budgets and deadlines are added to it: past this, the arithmetic overflows.
+        raise StateError(f"clock {state['clock']!r} is past the year 9000")
     for kind, objects in state["objects"].items():
         if not isinstance(objects, dict) or not all(isinstance(o, dict) for o in objects.values()):
             raise StateError(f"objects of kind {kind!r} are not a map of objects")
@@ -90,14 +97,24 @@ def check_shape(state: object) -> None:
             raise StateError(f"'sim.{key}' is missing or not an object")
 
 
+# A simulated cluster of 10,000 services is a few hundred megabytes.
+MAX_STATE_BYTES = 4 << 30
+
+
 def load_state(path: Path) -> dict | None:
     """The state in ``path``; None when the file does not exist."""
+    from omegitops.manifests.yamlfile import YamlError, read_limited
+
     try:
-        raw = path.read_bytes()
+        # Bounded, and only a regular file: a FIFO would block and /dev/zero never end.
+        raw = read_limited(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         return None
     except OSError as err:
         raise ClusterError(f"{path}: cannot read the simulated cluster ({err.strerror})") from err
+    except YamlError as err:
+        raise ClusterError(f"{path}: cannot read the simulated cluster ({err.message}); "
+                           "refusing to use or overwrite it") from err
     try:
         state = json.loads(raw)
         check_shape(state)
