@@ -20,7 +20,7 @@ from tests.conftest import EXAMPLES
     (["plan", "--forecast-seconds", "nan"], 2, "not a number of seconds"),
 ])
 def test_a_number_of_seconds_that_is_none_is_a_usage_error(tmp_path, cli, args, code, said):
-    got, out, err = cli(*args, "--repo", str(EXAMPLES), "--cluster",
+    got, _, err = cli(*args, "--repo", str(EXAMPLES), "--cluster",
                         f"sim:{tmp_path / 'c.json'}" if args[0] == "reconcile" else "")
     assert got == code and said in err and "Traceback" not in err, err
     assert not (tmp_path / "c.json").exists()
