@@ -588,3 +588,11 @@ def test_a_gang_replacement_whose_source_went_away_is_rolled_like_any_instance(t
     replacement kept the mark of one; a replacement is never a rollout candidate, so it
     stayed on its revision for good. It is released to be an Instance like any other."""
     _recorded_campaign(tmp_path, "seed52-orphaned-gang-replacement")
+
+
+def test_a_gang_scaled_down_and_straight_back_up_runs_no_extra_gang(tmp_path):
+    """Nightly seed 301: an InPlaceIfPossible gang service scaled from 4 to 2 and at once
+    to 3 created its third Instance while the two being deleted still held live pods:
+    15 live pods over a ceiling of 4 gangs of 3. A place now waits for an Instance being
+    deleted to let go of its pods."""
+    _recorded_campaign(tmp_path, "seed301-scaled-down-and-up-runs-no-extra-gang")

@@ -24,6 +24,7 @@ from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle import outbox
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, ApplyObject, DeleteObject, Event
+from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint, unmarked
 from omegitops.lifecycle.failures import check_instance
 from omegitops.lifecycle.operations import (
@@ -46,6 +47,7 @@ from omegitops.lifecycle.repairs import (
     step_restart,
 )
 from omegitops.lifecycle.replica import API_VERSION, KIND, encode_rows, readable_status
+from omegitops.lifecycle.resolve import SURGE_THEN_DRAIN
 from omegitops.lifecycle.retries import may_start
 from omegitops.lifecycle.revisions import plan_revisions
 from omegitops.lifecycle.rollout import counts_toward_desired, plan_rollout
@@ -390,7 +392,7 @@ def _scale(work: Work) -> None:
     if len(filling) < want:
         used = set(work.rows) | set(work.groups)
         index = 0
-        for _ in range(want - len(filling)):
+        for _ in range(min(want - len(filling), _room(work, want, len(filling)))):
             while index in used:
                 index += 1
             used.add(index)
@@ -415,6 +417,22 @@ def _scale(work: Work) -> None:
         for row in filling:
             if row["index"] not in keep:
                 open_delete(work, row, "scaled down")
+
+
+def _room(work: Work, want: int, filling: int) -> int:
+    """How many Instances may be created now without more live pods than the strategy
+    allows: the desired count (plus maxSurge under SurgeThenDrain). An Instance being
+    deleted holds its place until its pods are terminating: scaled down and straight
+    back up, a component does not run its old gangs and new ones side by side."""
+    leaving = sum(1 for row in work.rows.values() if row.get("phase") == DELETING and any(
+        not P.is_terminating(p) and not P.has_ended(p) for p in work.groups.get(row["index"], [])))
+    if not leaving:
+        return want - filling
+    ceiling = want
+    if work.lifecycle.strategy == SURGE_THEN_DRAIN:
+        surge = scaled_value(work.lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), want)
+        ceiling += want if surge is None else surge
+    return max(0, ceiling - filling - leaving)
 
 
 def _replica(work: Work, rollout: dict) -> dict:
