@@ -96,8 +96,9 @@ def test_a_port_the_service_names_again_merges_on_its_number():
 
 def test_image_pull_secrets_are_merged_not_replaced():
     (pod,) = pods_of(service(imagePullSecrets=[{"name": "team-registry"}]))
-    assert pod["spec"]["imagePullSecrets"] == [{"name": "runtime-registry"},
-                                               {"name": "team-registry"}]
+    # In the patch's order first, as the API server's strategic merge patch puts them.
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "team-registry"},
+                                               {"name": "runtime-registry"}]
 
 
 def test_tolerations_are_replaced_whole_as_the_patch_does():

@@ -95,22 +95,40 @@ def merge(base: Any, over: Any, definition: str | None = POD_SPEC) -> Any:
 
 
 def _merge_list(base: Any, over: Any, key: str, definition: str | None) -> Any:
-    """Items of ``over`` merged into the items of ``base`` with the same ``key``; the
-    others appended, in order."""
+    """Items of ``over`` merged into the items of ``base`` with the same ``key``, in the
+    order a strategic merge patch gives them: the patch's items in its own order, with
+    the items only ``base`` has kept where they stood relative to the ones they share
+    (apimachinery's normalizeElementOrder and mergeSortedSlice)."""
     if not (isinstance(base, list) and isinstance(over, list)):
         return copy.deepcopy(over)
-    merged = [item for item in base if isinstance(item, dict)]
-    where = {item.get(key): position for position, item in enumerate(merged)}
-    for item in over:
-        if not isinstance(item, dict):
-            continue
+    base_items = [item for item in base if isinstance(item, dict)]
+    where = {}
+    for position, item in enumerate(base_items):
+        where.setdefault(item.get(key), position)
+    patched = []
+    for item in (item for item in over if isinstance(item, dict)):
         position = where.get(item.get(key))
-        if position is None:
-            where[item.get(key)] = len(merged)
-            merged.append(copy.deepcopy(item))
+        patched.append(copy.deepcopy(item) if position is None
+                       else merge(base_items[position], item, definition))
+    named = {item.get(key) for item in patched}
+    only_base = [item for item in base_items if item.get(key) not in named]
+    merged, left, right = [], 0, 0
+    while left < len(only_base) or right < len(patched):
+        if right >= len(patched) or (left < len(only_base) and _before(
+                where, only_base[left].get(key), patched[right].get(key))):
+            merged.append(only_base[left])
+            left += 1
         else:
-            merged[position] = merge(merged[position], item, definition)
+            merged.append(patched[right])
+            right += 1
     return merged
+
+
+def _before(where: dict, base_key: Any, patch_key: Any) -> bool:
+    """Whether a base-only item goes before a patch item: only when both stood in the
+    base, the base-only one first."""
+    mine, theirs = where.get(base_key), where.get(patch_key)
+    return mine is not None and theirs is not None and mine < theirs
 
 
 def _pod_part(config: dict) -> tuple[dict, dict, dict]:
