@@ -27,7 +27,14 @@ from omegitops.cluster.base import (
     side_by_side,
     trim_pod,
 )
-from omegitops.cluster.errors import AlreadyExists, Conflict, CreateRefused, NameTaken, NotFound
+from omegitops.cluster.errors import (
+    AlreadyExists,
+    Conflict,
+    CreateRefused,
+    LeaseLost,
+    NameTaken,
+    NotFound,
+)
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, sequence_value
 from omegitops.cluster.times import format_time
 from omegitops.errors import ClusterError
@@ -353,6 +360,8 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent],
     for item, plan in result.plans:
         try:
             apply_plan(cluster, plan, result.now, writes)
+        except LeaseLost:
+            raise  # another run may hold the cluster: this one writes nothing more
         except Conflict as err:
             # Someone else wrote the InferenceReplica: plan it again next pass.
             log.info("%s: %s; planning it again next pass", plan.replica["metadata"]["name"], err)

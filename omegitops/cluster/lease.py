@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -69,6 +70,11 @@ class Lease:
         self.what = RESOURCE.object_id(self.namespace, name)
         self._stored: dict | None = None  # the Lease as last written by us
         self._renewed_at: datetime | None = None
+        # The renewals on their own timer (keep_renewed), and what stopped them.
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._lost: LockHeld | None = None
 
     @property
     def held(self) -> bool:
@@ -102,6 +108,10 @@ class Lease:
 
     def renew(self) -> None:
         """Move renewTime to now. LeaseLost if another run took the Lease meanwhile."""
+        with self._lock:
+            self._renew()
+
+    def _renew(self) -> None:
         if self._stored is None:
             raise ClusterError(f"{self.what}: renew() before acquire()")
         body = self._with_spec(self._stored, renewTime=micro_time(self.clock()))
@@ -119,12 +129,54 @@ class Lease:
 
     def renew_if_due(self) -> None:
         """Renew when a third of the duration has passed since the last renewal."""
-        if self._stored is not None and self._renewed_at is not None and (
-                self.clock() - self._renewed_at).total_seconds() >= self.duration_seconds / 3:
-            self.renew()
+        with self._lock:
+            if self._stored is not None and self._renewed_at is not None and (
+                    self.clock() - self._renewed_at).total_seconds() >= \
+                    self.duration_seconds / 3:
+                self._renew()
+
+    def keep_renewed(self) -> None:
+        """Renew every third of the duration on a timer of the run's own, whatever its
+        passes do: passes back to back never reach a wait, and a Lease renewed only in
+        the waits expired under a busy run, which a second run then took over."""
+        if self._renewer is not None:
+            return
+        self._stop.clear()
+        self._renewer = threading.Thread(target=self._renew_forever, daemon=True,
+                                         name=f"renew {self.what}")
+        self._renewer.start()
+
+    def _renew_forever(self) -> None:
+        while not self._stop.wait(self.duration_seconds / 3):
+            try:
+                self.renew_if_due()
+            except LeaseLost as err:
+                self._lost = err
+                return
+            except ClusterError as err:  # the API server down a while: tried again
+                log.warning("%s: not renewed (%s); trying again", self.what, err)
+
+    def check(self) -> None:
+        """Before a write: LeaseLost when the Lease was lost, or when it was not renewed
+        for two thirds of its duration. A run that cannot renew stops writing before
+        its Lease can expire and another run take it."""
+        if self._lost is not None:
+            raise self._lost
+        with self._lock:
+            renewed = self._renewed_at
+        if renewed is None:
+            return
+        idle = (self.clock() - renewed).total_seconds()
+        if idle > self.duration_seconds * 2 / 3:
+            raise LeaseLost(f"{self.what}: not renewed for {idle:.0f} s of its "
+                            f"{self.duration_seconds} s; stopping writes before it can expire")
 
     def release(self) -> None:
         """Clear the holder so that the next run need not wait for the Lease to expire."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=10)
+            self._renewer = None
         if self._stored is None:
             return
         spec = {k: v for k, v in (self._stored.get("spec") or {}).items() if k != "holderIdentity"}

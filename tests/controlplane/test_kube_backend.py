@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qsl, urlsplit
 
@@ -858,6 +859,41 @@ def test_kube_cluster_takes_the_lease_on_enter_and_releases_it_on_exit(control_p
         with pytest.raises(LockHeld, match=f"held by {holder}"):
             second.__enter__()
     assert "holderIdentity" not in leases.stored()["spec"]
+
+
+def test_the_lease_is_renewed_on_its_own_timer_while_passes_run_back_to_back(
+        control_plane, ns):
+    """Passes that never wait used to leave the Lease unrenewed until it expired and a
+    second run took it over: it is renewed on a timer of the run's own."""
+    lease = Lease(Rest(control_plane.admin), ns, identity="host-a/1", duration_seconds=3)
+    lease.acquire()
+    lease.keep_renewed()
+    try:
+        first = control_plane.get("coordination.k8s.io/v1", LEASE, ns, "omegitops")
+        time.sleep(3.5)  # longer than the whole duration, the main thread busy
+        later = control_plane.get("coordination.k8s.io/v1", LEASE, ns, "omegitops")
+        assert later["spec"]["renewTime"] > first["spec"]["renewTime"]
+        lease.check()  # renewed: writes may go on
+        second = Lease(Rest(control_plane.admin), ns, identity="host-b/2", duration_seconds=3)
+        with pytest.raises(LockHeld):
+            second.acquire()
+    finally:
+        lease.release()
+
+
+def test_a_run_that_cannot_renew_stops_writing_before_its_lease_can_expire(leases):
+    """Two thirds of the duration without a renewal (the API server unreachable, say):
+    every write is refused with LeaseLost before the Lease expires and another run may
+    take it, so there is never a second writer."""
+    held = leases("host-a/1")
+    held.acquire()
+    leases.clock.now += timedelta(seconds=30)
+    held.check()
+    leases.clock.now += timedelta(seconds=11)  # 41 s of 60 without a renewal
+    with pytest.raises(LeaseLost, match="stopping writes before it can expire"):
+        held.check()
+    held.renew()
+    held.check()
 
 
 # -- what omegitops writes, through the CRD ---------------------------------------------------

@@ -184,3 +184,68 @@ def test_until_idle_lists_each_kind_once_and_plans_what_changed(control_plane, n
     assert len(pods) == 4
     assert {e["value"] for p in pods for c in p["spec"]["containers"] for e in c.get("env", [])
             if e["name"] == "MODEL_REVISION"} == {"2"}
+
+
+def _account_without_watch(cp, name: str) -> tuple[str, object]:
+    """A ServiceAccount granted what pipelines/rbac.yaml grants, but no ``watch``: the
+    README's documented fallback (a warning, and a LIST of each kind on every pass)."""
+    import yaml
+    from conftest import JOB_NAMESPACE, PIPELINES
+
+    documents = [d for d in yaml.safe_load_all((PIPELINES / "rbac.yaml").read_text()) if d]
+    cp.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+              "metadata": {"name": name, "namespace": JOB_NAMESPACE}})
+    for doc in documents:
+        if doc["kind"] in ("ClusterRole", "Role"):
+            doc["metadata"]["name"] = name
+            for rule in doc["rules"]:
+                rule["verbs"] = [v for v in rule["verbs"] if v != "watch"] or ["get"]
+            cp.apply(doc)
+        elif doc["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+            doc["metadata"]["name"] = name
+            doc["roleRef"]["name"] = name
+            doc["subjects"] = [{"kind": "ServiceAccount", "name": name,
+                                "namespace": JOB_NAMESPACE}]
+            cp.apply(doc)
+    return (f"system:serviceaccount:{JOB_NAMESPACE}:{name}",
+            cp.service_account_kubeconfig(JOB_NAMESPACE, name))
+
+
+def test_an_account_without_watch_runs_paced_passes_and_keeps_its_lease(
+        control_plane, namespace, tmp_path):
+    """Every watch refused: each kind is listed on every pass, but the passes keep their
+    pace (a look at least every 5 s, not back to back: 2,992 LISTs in 48 s before), the
+    watch is tried again with backoff, and the Lease is renewed on its timer."""
+    import subprocess
+    import sys
+
+    from test_job import small_repo
+
+    from tests.fleet import write_service
+
+    cp = control_plane
+    user, kubeconfig = _account_without_watch(cp, "no-watch")
+    repo = small_repo(tmp_path, namespace)
+    # A window that keeps the run busy for a while: the Instance is available at 20 s.
+    write_service(repo, name="svc", namespace=namespace, replicas=1, grace=1,
+                  lifecycle={"minReadySeconds": 20})
+    since = cp.audit_offset()
+    env = cp.env(kubeconfig)
+    env["OMEGITOPS_NAMESPACE"] = "omegitops"
+    done = subprocess.run([sys.executable, "-m", "omegitops", "reconcile", "--repo",
+                           str(repo), "--cluster", "kube", "--until-idle", "--max-seconds",
+                           "90"], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("watch:") <= 6, done.stderr  # said once per kind
+    events = cp.audit_events(user, since)
+    started = min(e["requestReceivedTimestamp"] for e in events)
+    ended = max(e["requestReceivedTimestamp"] for e in events)
+    from datetime import datetime
+
+    seconds = (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds()
+    pod_lists = [e for e in events if e["verb"] == "list"
+                 and urlsplit(e["requestURI"]).path.endswith("/pods")]
+    assert seconds >= 15, "the run ended before the window: nothing was measured"
+    # Paced: about one pass per 5 s, and one per write's reaction, never back to back.
+    assert len(pod_lists) <= seconds / 2 + 10, (len(pod_lists), seconds)

@@ -94,6 +94,7 @@ class KubeCluster(Cluster):
     def __enter__(self) -> Self:
         if self.lease is not None:
             self.lease.acquire()
+            self.lease.keep_renewed()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -157,9 +158,13 @@ class KubeCluster(Cluster):
             self.watches.stop()
 
     def changed_keys(self) -> set[Hashable] | None:
-        if self.watches is None or any(w.failure for w in self.watches.kinds.values()):
+        if self.watches is None:
             return None
-        return self.watches.changes.take()
+        taken = self.watches.changes.take()
+        # A kind whose watch is refused is listed whole: every component may have changed.
+        # The changes are taken all the same, so the next wait waits for a new one (or
+        # its time) rather than running passes back to back.
+        return None if any(w.failure for w in self.watches.kinds.values()) else taken
 
     def list_keyed(self, kind: str, labels: dict[str, str] | None, keys: Iterable[Hashable],
                    transform: Callable[[dict], dict] | None = None) -> list[dict]:
@@ -267,6 +272,7 @@ class KubeCluster(Cluster):
         """DELETE with ``gracePeriodSeconds`` (omitted: the pod's own grace applies)."""
         resource = RESOURCES[base.POD]
         query = {"gracePeriodSeconds": None if grace_seconds is None else int(grace_seconds)}
+        self._may_write()
         answer = self.rest.request("DELETE", resource.path(namespace, name), query=query,
                                    what=resource.object_id(namespace, name))
         self._forget(resource, namespace, name, answer)
@@ -382,6 +388,7 @@ class KubeCluster(Cluster):
         if kind == base.POD:
             return self.delete_pod(namespace or "", name)
         resource = self._resource(kind)
+        self._may_write()
         answer = self.rest.request("DELETE", resource.path(namespace, name),
                                    what=resource.object_id(namespace, name))
         self._forget(resource, namespace, name, answer)
@@ -489,7 +496,13 @@ class KubeCluster(Cluster):
         return resource.fill_type(self.rest.request(
             "GET", resource.path(namespace, name), what=resource.object_id(namespace, name)))
 
+    def _may_write(self) -> None:
+        """LeaseLost before any write once the run's Lease may be someone else's."""
+        if self.lease is not None:
+            self.lease.check()
+
     def _create(self, resource: Resource, obj: dict) -> dict:
+        self._may_write()
         meta = obj.get("metadata") or {}
         namespace, name = meta.get("namespace"), meta.get("name") or meta.get("generateName", "")
         if resource.namespaced and not namespace:
@@ -501,6 +514,7 @@ class KubeCluster(Cluster):
             what=resource.object_id(namespace, name))))
 
     def _replace(self, obj: dict, subresource: str | None) -> dict:
+        self._may_write()
         resource = self._resource(obj.get("kind"))
         meta = obj.get("metadata") or {}
         namespace, name = meta.get("namespace"), meta.get("name")
@@ -514,6 +528,7 @@ class KubeCluster(Cluster):
 
     def _patch(self, resource: Resource, namespace: str | None, name: str, patch: dict,
                content_type: str, subresource: str | None = None) -> dict:
+        self._may_write()
         if resource.custom and content_type == STRATEGIC_PATCH:
             content_type = MERGE_PATCH  # CRDs accept no strategic merge (HTTP 415)
         return self._remember(resource, resource.fill_type(self.rest.request(

@@ -108,7 +108,9 @@ class WatchedKind:
         self._objects: dict[ObjectId, dict] = {}
         self._by_key: dict[Key, set[ObjectId]] = {}
         self.version = ""
-        self.failure: ClusterError | None = None  # set when the watch gave up (Forbidden)
+        # Set while the watch is refused (Forbidden, NotFound): the kind is listed per pass.
+        self.failure: ClusterError | None = None
+        self._warned = False
         self._stopping = threading.Event()
         self._watch: k8s_watch.Watch | None = None
         self._thread: threading.Thread | None = None
@@ -204,12 +206,20 @@ class WatchedKind:
                 log.info("%s watch: %s; listing again", self.resource.kind, err)
                 self._relist()
             except (Forbidden, NotFound) as err:
-                # Not allowed to watch (an older RBAC): the run falls back to lists.
+                # Not allowed to watch (an account without it), or not yet (a restarting
+                # API server answers 403 and 404 before its authorizer and CRDs are up):
+                # the kind is listed on every pass meanwhile, and the watch tried again
+                # with backoff, as client-go's reflector does.
+                if self.failure is None:
+                    if not self._warned:  # once a run: an account without watch tries on
+                        log.warning("%s watch: %s; listing on every pass until it can "
+                                    "watch", self.resource.kind, err)
+                        self._warned = True
+                    self.changes.add_everything()
                 self.failure = err
-                log.warning("%s watch: %s; listing on every pass instead",
-                            self.resource.kind, err)
-                self.changes.add_everything()
-                return
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, MAX_RETRY_SECONDS)
+                self._recover()
             except Exception as err:  # noqa: BLE001 - a broken stream is watched again
                 if self._stopping.is_set():
                     return
@@ -219,6 +229,19 @@ class WatchedKind:
                         self.resource.kind, err, backoff)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, MAX_RETRY_SECONDS)
+
+    def _recover(self) -> None:
+        """After a refused watch: list again (the events meanwhile are lost) and, when the
+        list is allowed, watch again from it; the kind stays listed per pass otherwise."""
+        if self._stopping.is_set():
+            return
+        try:
+            items, version = self._list_pages()
+        except ClusterError:
+            return
+        self.fill(items, version)
+        self.failure = None
+        self.changes.add_everything()
 
     def _relist(self) -> None:
         while not self._stopping.is_set():
