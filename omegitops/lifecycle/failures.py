@@ -54,7 +54,7 @@ def stuck_terminating(work: Work, pods: list[dict]) -> list[dict]:
     """Pods the API still lists past their deletion grace: their node stopped reporting
     (the kubelet never confirms the deletion) or a finalizer holds them."""
     return [p for p in pods if P.is_terminating(p)
-            and (P.deletion_deadline(p) or work.now) < work.now]
+            and (P.deletion_deadline(p) or work.now) <= work.now]
 
 
 def terminating_text(pod: dict) -> str:
