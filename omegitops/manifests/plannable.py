@@ -104,6 +104,7 @@ def component_errors(service: Manifest, runtime: Manifest | None,
     if rendered is not None:
         rendered["templates"] = templates
     return _container_errors(service, runtime, lifecycle, templates) + \
+        _pod_field_errors(service, runtime, lifecycle, templates) + \
         _duplicate_errors(service, runtime, lifecycle, templates) + \
         _volume_errors(service, runtime, lifecycle, templates) + \
         _label_errors(service, lifecycle, templates, runtime)
@@ -167,6 +168,113 @@ def _container_errors(service: Manifest, runtime: Manifest | None,
                         f"{name or '(unnamed)'} with no image: set its image "
                         f"{_where(component, runner, runtime)}"))]
     return []
+
+
+# Resources the API server lets a container overcommit (requests below limits); any
+# other, an extended resource such as nvidia.com/gpu, needs requests equal to limits,
+# in whole units (core/v1 validation).
+_OVERCOMMITTED = ("cpu", "memory", "ephemeral-storage", "hugepages-")
+# All of a pod's annotations together (metadata validation).
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+
+
+def _overcommitted(resource: str) -> bool:
+    return "/" not in resource and resource.startswith(_OVERCOMMITTED)
+
+
+def _pod_field_errors(service: Manifest, runtime: Manifest | None,
+                      lifecycle: ComponentLifecycle,
+                      templates: dict[str, dict]) -> list[ManifestError]:
+    """Fields of a rendered pod the API server refuses on every pass, with its words:
+    quantities (negative, requests over limits, an extended resource's requests not
+    equal to its limits or not whole), ports outside 1-65535, an image with surrounding
+    spaces, an env name with '=', node selector labels it refuses, annotations over
+    256 KiB."""
+    component = lifecycle.component
+    for runner, template in templates.items():
+        spec = template["spec"]
+        pods = "pods" if runner == "default" else f"{runner} pods"
+        found = None
+        for container in (c for key in ("initContainers", "containers")
+                          for c in spec.get(key) or [] if isinstance(c, dict)):
+            found = found or _container_field(container)
+        found = found or _selector_field(spec.get("nodeSelector"))
+        annotations = template["metadata"].get("annotations") or {}
+        size = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
+        if not found and size > ANNOTATIONS_MAX_BYTES:
+            limit = f"may not be more than {ANNOTATIONS_MAX_BYTES} bytes"
+            found = (f"annotations of {size} bytes", limit, "annotations")
+        if found:
+            what, rule, field = found
+            return [service.error(("spec", component), (
+                f"component {component}'s {pods} would have {what}, and the API server "
+                f"refuses them: {rule}; fix {field} "
+                f"{_volumes_where(component, runner, runtime)}"))]
+    return []
+
+
+def _container_field(container: dict) -> tuple[str, str, str] | None:
+    name = container.get("name") or "(unnamed)"
+    image = container.get("image")
+    if isinstance(image, str) and image != image.strip():
+        return (f"image {image!r} in container {name}",
+                "must not have leading or trailing whitespace", "the image")
+    for env in container.get("env") or []:
+        if isinstance(env, dict) and "=" in str(env.get("name", "")):
+            return (f"env name {env.get('name')!r} in container {name}",
+                    "a valid environment variable name must not contain '='", "env")
+    for port in container.get("ports") or []:
+        for key in ("containerPort", "hostPort"):
+            value = port.get(key) if isinstance(port, dict) else None
+            if value is not None and not (isinstance(value, int) and 1 <= value <= 65535):
+                return (f"{key} {value!r} in container {name}",
+                        "must be between 1 and 65535, inclusive", "ports")
+    return _resource_field(container.get("resources") or {}, name)
+
+
+def _resource_field(resources: dict, name: str) -> tuple[str, str, str] | None:
+    from omegitops.cluster.quantities import parse_milli
+
+    amounts: dict[str, dict[str, int]] = {}
+    for kind in ("requests", "limits"):
+        for resource, value in (resources.get(kind) or {}).items():
+            try:
+                milli = parse_milli(value)
+            except (TypeError, ValueError):
+                continue  # the schema's to refuse
+            if milli < 0:
+                return (f"{kind} {resource}: {value} in container {name}",
+                        "must be greater than or equal to 0", "resources")
+            amounts.setdefault(kind, {})[resource] = milli
+    requests, limits = amounts.get("requests", {}), amounts.get("limits", {})
+    for resource, milli in requests.items():
+        limit = limits.get(resource)
+        if _overcommitted(resource):
+            if limit is not None and milli > limit:
+                return (f"requests {resource} over its limit in container {name}",
+                        f"must be less than or equal to {resource} limit", "resources")
+            continue
+        if limit is None or milli != limit:
+            return (f"requests {resource} not equal to its limit in container {name}",
+                    f"must be equal to {resource} limit (not overcommittable)", "resources")
+    for resource, milli in {**requests, **limits}.items():
+        if not _overcommitted(resource) and milli % 1000:
+            return (f"a fractional {resource} in container {name}",
+                    f"{resource} must be a whole number", "resources")
+    return None
+
+
+def _selector_field(selector: Any) -> tuple[str, str, str] | None:
+    from omegitops.lifecycle.names import LABEL_KEY, LABEL_VALUE
+
+    for key, value in (selector or {}).items() if isinstance(selector, dict) else ():
+        for rule, text in ((LABEL_KEY, str(key)), (LABEL_VALUE, str(value))):
+            if not rule.allows(text):
+                shown = text if len(text) <= 70 else f"{text[:67]}..."
+                return (f"node selector {rule.title} {shown!r}",
+                        f"{rule.title} is at most {rule.limit} characters and {rule.form}",
+                        "nodeSelector")
+    return None
 
 
 def _duplicates(items: Any, key: Any) -> list:

@@ -23,8 +23,6 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO_ROOT
-from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from omegitops.lifecycle.instance import PodSpecInput, instance_pods
 from omegitops.lifecycle.operator import parse_operator_values
@@ -232,12 +230,14 @@ def _pods(service: dict, runtime: dict | None, component: str) -> list[dict]:
     return instance_pods(spec, 0, 1)
 
 
-def _refusal(api: k8s.CoreV1Api, pods: list[dict]) -> str | None:
+def _refusal(cp, pods: list[dict]) -> str | None:
+    """The API server's message refusing the first of ``pods`` it refuses (a server-side
+    dry run of each), or None."""
     for pod in pods:
         try:
-            api.create_namespaced_pod(NAMESPACE, pod, dry_run="All")
-        except ApiException as refused:
-            return json.loads(refused.body).get("message", refused.body)
+            _call(cp, "POST", f"/api/v1/namespaces/{NAMESPACE}/pods?dryRun=All", pod)
+        except urllib.error.HTTPError as refused:
+            return refused.msg
     return None
 
 
@@ -277,11 +277,10 @@ def _cases(catalogue, root: Path | None = None) -> list[tuple[str, object]]:
 
 def test_the_api_server_takes_every_rendered_pod_that_validate_takes(namespace, catalogue,
                                                                    tmp_path):
-    api = k8s.CoreV1Api(namespace.admin)
     disagree, taken = [], 0
     for what, item in _cases(catalogue, tmp_path / "runtimes-repo"):
         errors = component_errors(item.service, item.runtime, item.lifecycle)
-        refusal = _refusal(api, _pods(item.service.data,
+        refusal = _refusal(namespace, _pods(item.service.data,
                                       item.runtime.data if item.runtime else None,
                                       item.lifecycle.component))
         if bool(errors) != bool(refusal):
@@ -298,3 +297,31 @@ def test_examples_are_among_the_cases(catalogue):
         "*.yaml") if any(d and d.get("kind") == "InferenceService"
                          for d in yaml.safe_load_all(Path(p).read_text()))}
     assert files <= names
+
+
+def test_validate_and_the_api_server_agree_on_each_refused_field(namespace, tmp_path):
+    """The cases of tests/test_api_rules.py (and the service they change, as it is), one
+    by one: the API server refuses the rendered pods exactly when validate refuses the
+    component."""
+    from tests.conftest import RUNTIME, SERVICE
+    from tests.test_api_rules import CASES, service_with
+
+    cases = {"as it is": SERVICE, **{case: service_with(engine)
+                                     for case, (engine, _) in CASES.items()}}
+    disagree = []
+    for case, service in cases.items():
+        repo = tmp_path / case.replace(" ", "-").replace("=", "eq")
+        repo.mkdir()
+        (repo / "runtime.yaml").write_text(RUNTIME)
+        (repo / "svc.yaml").write_text(service.replace("namespace: demo", f"namespace: {NAMESPACE}"))
+        loaded = load(repo)
+        service_manifest = next(m for m in loaded.repo.manifests if m.id.kind == "InferenceService")
+        runtime_manifest = next(m for m in loaded.repo.manifests if m.id.kind != "InferenceService")
+        lifecycle = resolve_component(service_manifest.data, runtime_manifest.data, "engine",
+                                      parse_operator_values({}))
+        errors = component_errors(service_manifest, runtime_manifest, lifecycle)
+        refusal = _refusal(namespace, _pods(service_manifest.data, runtime_manifest.data, "engine"))
+        if bool(errors) != bool(refusal) or (case == "as it is") == bool(errors):
+            disagree.append(f"{case}: validate {[e.message for e in errors]}, "
+                            f"API server {refusal!r}")
+    assert not disagree, "\n".join(disagree)
