@@ -140,3 +140,40 @@ def test_sigterm_while_a_component_is_planned_stops_the_run(tmp_path, cli, monke
     assert "not planned" not in err
     assert "interrupted by SIGTERM" in err
     assert (report / "status.json").exists()
+
+
+def test_a_second_ctrl_c_while_stopping_is_ignored_and_the_report_agrees(tmp_path, cli,
+                                                                         monkeypatch):
+    """A second Ctrl-C 50 ms after the first used to print a traceback and, on sim:,
+    leave the cluster as before the run while the report was written. Once stopping,
+    the run ignores further interrupts: saved cluster and report agree."""
+    import os
+    import signal
+
+    from omegitops import reconcile, report
+
+    real_pass, real_write, calls = reconcile.run_pass, report.write_report, []
+
+    def interrupted_third_pass(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_pass(*args, **kwargs)
+
+    def write_interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, while the report is made
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(reconcile, "run_pass", interrupted_third_pass)
+    monkeypatch.setattr(report, "write_report", write_interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    state, out = tmp_path / "c.json", tmp_path / "report"
+    got, _, err = cli("reconcile", "--repo", str(EXAMPLES), "--cluster", f"sim:{state}",
+                      "--until-idle", "--report-dir", str(out))
+    assert got == 130, err
+    assert "Traceback" not in err
+    saved = json.loads(state.read_text())["objects"].get("InferenceReplica", {})
+    written = json.loads((out / "status.json").read_text())
+    assert len(saved) == 7
+    assert sum(len(s["components"]) for s in written["services"]) == 7
+    assert signal.getsignal(signal.SIGINT) is before

@@ -169,6 +169,19 @@ def _size_a_new_simulated_cluster(spec: str, fleet) -> None:
 
 def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: str,
                revision: str | None = None, shard: Shard | None = None) -> int:
+    """The run's passes, report and table; the signal handlers as they were, after."""
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main \
+        else {}
+    try:
+        return _run_passes(args, loaded, items, report_dir, repository, revision, shard)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def _run_passes(args: argparse.Namespace, loaded, items, report_dir, repository: str,
+                revision: str | None = None, shard: Shard | None = None) -> int:
     prune, refused = _pruning(args, loaded)
     failed = refused
     with open_cluster(args.cluster, shard=shard) as cluster:
@@ -234,6 +247,9 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
             # What the passes applied stays applied (and, on sim:, saved: the cluster is
             # left normally); a pass cut here is one the next run carries on from.
             interrupted = getattr(stop_signal, "signum", signal.SIGINT)
+            # Stopping is under way: a second Ctrl-C (or SIGTERM) must not cut the save
+            # and the report short, or the two would disagree.
+            _ignore_further_signals()
         # What the passes applied is kept whatever fails after them (the report, say): a
         # simulated cluster saves it now, as a real one holds it already.
         save = getattr(cluster, "save", None)
@@ -269,6 +285,14 @@ def _present_but_invalid(loaded) -> set[tuple[str, str]]:
     valid = {m.id for m in loaded.result.catalog.services}
     return {(m.id.namespace, m.id.name) for m in loaded.repo.manifests
             if m.id.kind == INFERENCE_SERVICE and m.id not in valid}
+
+
+def _ignore_further_signals() -> None:
+    """Ignore SIGINT and SIGTERM from now on (for the rest of the run, which is stopping)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 class Interrupted(BaseException):
