@@ -125,6 +125,7 @@ class Fault:
     query: re.Pattern | None = None  # searched in the raw query string too
     landed: bool = False  # with drop: carried out first, only the answer is lost
     retry_after: int | None = None  # with a status: the Retry-After header sent with it
+    message: str = ""  # with a status: the Status message (default: one per status)
 
     def matches(self, method: str, path: str, query: str = "") -> bool:
         return self.times > 0 and self.method in ("*", method) and bool(
@@ -196,12 +197,13 @@ class ApiServerDouble:
     def fail(self, method: str, path: str, *, times: int = 1, status: int | None = None,
              reason: str = "", delay: float = 0.0, drop: bool = False,
              query: str | None = None, landed: bool = False,
-             retry_after: int | None = None) -> Fault:
+             retry_after: int | None = None, message: str = "") -> Fault:
         """Inject a fault on the next ``times`` matching requests (see ``Fault``)."""
         if status is None and not delay and not drop:
             status = 500
         fault = Fault(method.upper(), re.compile(path), times, status, reason, delay, drop,
-                      re.compile(query) if query is not None else None, landed, retry_after)
+                      re.compile(query) if query is not None else None, landed, retry_after,
+                      message)
         with self.lock:
             self.faults.append(fault)
         return fault
@@ -265,8 +267,13 @@ class ApiServerDouble:
             if fault.status is not None:
                 headers = {} if fault.retry_after is None else {
                     "Retry-After": str(fault.retry_after)}
+                # A 403 is worded as RBAC words it (an admission plugin's is not).
+                message = fault.message or (
+                    f'User "system:serviceaccount:omegitops:omegitops" cannot '
+                    f'{method.lower()} resource (injected fault)'
+                    if fault.status == 403 else "injected fault")
                 return fault.status, ApiError(fault.status, fault.reason or _reason(fault.status),
-                                              "injected fault").status(), headers
+                                              message).status(), headers
             time.sleep(fault.delay)  # then answer normally: the write still happens
         try:
             with self.lock:

@@ -105,3 +105,18 @@ def test_an_unknown_kind_is_refused_before_any_call(kube, api):
     with pytest.raises(Invalid, match="Gadget"):
         kube.create_object({"apiVersion": "v1", "kind": "Gadget", "metadata": {"name": "x"}})
     assert list(api.requests) == []
+
+
+def test_a_quota_refusal_is_the_api_servers_words_not_missing_rbac(kube, api, sleeps):
+    """A 403 that is not RBAC's (a ResourceQuota, a LimitRange, Pod Security) was called
+    a permission missing from this account; it is an admission refusal, with the API
+    server's own message, and never retried."""
+    from omegitops.cluster.errors import AdmissionRefused
+
+    quota = ('pods "a" is forbidden: exceeded quota: pods, requested: pods=1, used: '
+             'pods=1, limited: pods=1')
+    api.fail("POST", r"/pods$", status=403, reason="Forbidden", message=quota)
+    with pytest.raises(AdmissionRefused) as caught:
+        kube.create_pod(make_pod("a"))
+    assert "exceeded quota" in str(caught.value) and "not granted" not in str(caught.value)
+    assert sleeps == []

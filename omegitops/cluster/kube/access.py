@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
-VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete",
+         "WATCH": "watch"}
 
 # /api/v1/... or /apis/{group}/{version}/..., then [namespaces/{ns}/]{plural}[/{name}[/{sub}]]
 _PATH = re.compile(

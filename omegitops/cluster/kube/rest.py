@@ -179,7 +179,9 @@ class Rest:
         self.count("watches", 0, requests=1)
         if not 200 <= response.status <= 299:
             data = response.read()
-            raise _cluster_error(HttpError(method, path, response.status, data), what)
+            # A refused watch names the watch permission, not the list one.
+            verb = "WATCH" if (query or {}).get("watch") else method
+            raise _cluster_error(HttpError(verb, path, response.status, data), what)
         return CountedStream(response.response, self)
 
 

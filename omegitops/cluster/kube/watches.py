@@ -212,8 +212,7 @@ class WatchedKind:
                 # with backoff, as client-go's reflector does.
                 if self.failure is None:
                     if not self._warned:  # once a run: an account without watch tries on
-                        log.warning("%s watch: %s; listing on every pass until it can "
-                                    "watch", self.resource.kind, err)
+                        log.warning("%s; listing on every pass until it can watch", err)
                         self._warned = True
                     self.changes.add_everything()
                 self.failure = err
