@@ -1,6 +1,6 @@
 """Pods the API server refuses are refused by ``validate`` too, with the server's rule:
 the cases the control plane holds to a server-side dry run one by one
-(``tests/controlplane/test_rendering.py``), checked here through the command line."""
+(``tests/controlplane/test_api_server_rendering.py``), checked here through the command line."""
 
 from __future__ import annotations
 

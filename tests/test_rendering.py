@@ -3,7 +3,7 @@ the InferenceService's own labels and annotations; and the catalogue's routers f
 their backends among the pods omegitops renders.
 
 The merge keys are checked against the real API server's strategic merge patch in
-``tests/controlplane/test_rendering.py``; these tests hold the rules OME's merge code
+``tests/controlplane/test_api_server_rendering.py``; these tests hold the rules OME's merge code
 adds around the patch (base.go, engine.go, MergeNodeSelector) one by one.
 """
 
