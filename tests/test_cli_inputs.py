@@ -58,3 +58,24 @@ def test_a_simulated_clock_past_the_year_9000_is_refused(tmp_path, cli):
     got, _, err = cli("reconcile", "--repo", str(EXAMPLES), "--cluster", f"sim:{state}",
                       "--until-idle")
     assert got == 1 and "past the year 9000" in err and "Traceback" not in err, err
+
+
+def test_an_empty_repo_is_a_usage_error_and_a_file_is_named_as_one(tmp_path, cli):
+    got, _, err = cli("reconcile", "--repo", "", "--cluster", f"sim:{tmp_path / 'c.json'}")
+    assert got == 2 and "--repo is empty" in err, err
+    afile = tmp_path / "manifest.yaml"
+    afile.write_text("kind: Namespace\n")
+    got, _, err = cli("reconcile", "--repo", str(afile), "--cluster",
+                      f"sim:{tmp_path / 'c.json'}")
+    assert got == 1 and "a file, not a folder" in err, err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_an_empty_token_file_is_named(tmp_path, cli, monkeypatch):
+    token = tmp_path / "token"
+    token.write_text("\n")
+    monkeypatch.setenv("GIT_TOKEN_FILE", str(token))
+    monkeypatch.delenv("GIT_TOKEN", raising=False)
+    got, _, err = cli("reconcile", "--repo", "https://example.invalid/manifests.git",
+                      "--cluster", f"sim:{tmp_path / 'c.json'}")
+    assert got == 1 and f"GIT_TOKEN_FILE {token} is empty" in err, err

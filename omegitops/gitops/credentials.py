@@ -144,6 +144,11 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Credentials | 
     if not token and token_file:
         path = Path(token_file)
         token = _read_secret(path, "GIT_TOKEN_FILE")
+        if not token:
+            from omegitops.errors import InputError
+
+            # A mounted Secret whose key is empty: named, not taken for "no credentials".
+            raise InputError(f"GIT_TOKEN_FILE {token_file} is empty; nothing was cloned")
         beside = path.with_name("username")
         if not username and beside.is_file():
             username = _read_secret(beside, "the username file")

@@ -86,7 +86,14 @@ def _cloned(url: str, branch: str | None, path: str | None,
 
 
 def _in_place(folder: str, branch: str | None, path: str | None, writable: bool) -> Checkout:
+    if not folder.strip():
+        # Path("") is the working directory: an empty --repo (an unset variable) must
+        # not read, and commit into, whatever folder the job happens to run in.
+        raise UsageError("--repo is empty: give the repository's folder or URL")
     given = Path(folder)
+    if given.exists() and not given.is_dir():
+        raise InputError(f"{folder}: a file, not a folder; --repo is the repository's folder "
+                         "or URL")
     tree = work_tree(given) if (writable or branch) else None
     if branch and tree is None:
         raise UsageError(f"--branch needs a git repository; {folder} is a plain folder")
