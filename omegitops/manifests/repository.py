@@ -284,6 +284,11 @@ class Within:
         return not target.is_relative_to(self.root)
 
 
+# The first line of a Git LFS pointer file (git-lfs' spec): what a clone without LFS
+# holds in place of the file.
+LFS_POINTER = "version https://git-lfs.github.com/spec/v1"
+
+
 def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
                within: Within) -> None:
     rel = shown_path(path.relative_to(repo.root).as_posix())
@@ -295,6 +300,11 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
         return
     try:
         text = load_text(read_limited(path))
+        if text.startswith(LFS_POINTER):
+            repo.errors.append(ManifestError(rel, 1, (
+                "a Git LFS pointer, not the manifest itself: the clone has no LFS objects "
+                "(run git lfs pull, or keep manifests out of LFS); not read")))
+            return
         if owns is not None:
             namespaces = file_namespaces(text, NAMESPACED_KINDS)
             if namespaces is not None and not any(owns(n) for n in namespaces):
