@@ -393,3 +393,15 @@ def test_a_kind_list_is_read_item_by_item_as_kubectl_apply_reads_it(tmp_path, cl
     line = next(n for n, row in enumerate(text.splitlines(), 1) if "minReplicas: -3" in row)
     assert error["path"] == "list.yaml" and error["line"] == line, error
     assert "small" in json.dumps(report["valid"])
+
+
+def test_an_unrendered_helm_placeholder_for_an_image_is_warned_about(tmp_path, cli):
+    """The API server takes ``{{ .Values.image }}`` as an image, but the kubelet fails
+    every pod of it as InvalidImageName: a warning, naming the image."""
+    runtime = RUNTIME.replace("image: docker.io/lmsysorg/sglang:v0.5.5",
+                              'image: "{{ .Values.image }}"')
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": runtime, "svc.yaml": SERVICE})
+    code, out, err = cli("validate", "--repo", str(repo))
+    assert code == 0, out + err
+    assert "'{{ .Values.image }}', which is no image reference" in out + err
+    assert "InvalidImageName" in out + err

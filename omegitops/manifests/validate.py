@@ -6,6 +6,7 @@ on, and it never stops the valid ones.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,6 +183,7 @@ def service_errors(
         errors.extend(_derived_name_errors(service, lifecycle))
         if warnings is not None:
             warnings.extend(_stuck_budget_warnings(service, lifecycle))
+            warnings.extend(_image_warnings(service, lifecycle, rendered["templates"]))
     return errors
 
 
@@ -240,6 +242,34 @@ def _derived_name_errors(service: Manifest, lifecycle: ComponentLifecycle) -> li
             f"OMENative component {component}'s {bad.what} {bad.value} would not be "
             f"{bad.rule.title}: it {bad.rule.form}")))
     return errors
+
+
+# An image reference as the kubelet parses it (distribution's reference grammar): a
+# domain, slash-separated lower-case path components, a tag, a digest.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_PART = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+IMAGE_REFERENCE = re.compile(
+    rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?/)?"
+    rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+
+
+def _image_warnings(service: Manifest, lifecycle: ComponentLifecycle,
+                    templates: dict[str, dict]) -> list[ManifestError]:
+    """An image the API server takes but the kubelet cannot pull by that name (a Helm
+    placeholder left unrendered, ``{{ .Values.image }}``): every pod of it would sit in
+    InvalidImageName. A warning: the API server takes the pod."""
+    component = lifecycle.component
+    for runner, template in templates.items():
+        for container in template["spec"].get("containers") or []:
+            image = container.get("image") if isinstance(container, dict) else None
+            if isinstance(image, str) and image.strip() and not IMAGE_REFERENCE.match(image):
+                return [service.error(("spec", component), (
+                    f"component {component}'s {runner} pods name the image {image!r}, "
+                    "which is no image reference: the kubelet would fail them as "
+                    "InvalidImageName"))]
+    return []
 
 
 def _stuck_budget_warnings(service: Manifest,
