@@ -128,7 +128,10 @@ class Lease:
                                                       renewTime=micro_time(self.clock()))))
 
     def renew_if_due(self) -> None:
-        """Renew when a third of the duration has passed since the last renewal."""
+        """Renew when a third of the duration has passed since the last renewal; raise
+        LeaseLost when the timer found the Lease lost (the run's waits call this)."""
+        if self._lost is not None:
+            raise self._lost
         with self._lock:
             if self._stored is not None and self._renewed_at is not None and (
                     self.clock() - self._renewed_at).total_seconds() >= \
