@@ -16,10 +16,10 @@ import time
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
-from conftest import JOB_USER
+from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from test_job import run_job
+from test_job import run_job, small_repo
 
 from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA, POD, SERVICE
 from omegitops.cluster.kube import KubeCluster
@@ -190,7 +190,6 @@ def _account_without_watch(cp, name: str) -> tuple[str, object]:
     """A ServiceAccount granted what pipelines/rbac.yaml grants, but no ``watch``: the
     README's documented fallback (a warning, and a LIST of each kind on every pass)."""
     import yaml
-    from conftest import JOB_NAMESPACE, PIPELINES
 
     documents = [d for d in yaml.safe_load_all((PIPELINES / "rbac.yaml").read_text()) if d]
     cp.apply({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -218,10 +217,6 @@ def test_an_account_without_watch_runs_paced_passes_and_keeps_its_lease(
     watch is tried again with backoff, and the Lease is renewed on its timer."""
     import subprocess
     import sys
-
-    from test_job import small_repo
-
-    from tests.fleet import write_service
 
     cp = control_plane
     user, kubeconfig = _account_without_watch(cp, "no-watch")
