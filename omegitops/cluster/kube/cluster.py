@@ -181,6 +181,10 @@ class KubeCluster(Cluster):
             return False
         deadline = time.monotonic() + max(0.0, seconds)
         changes = self.watches.changes
+        if self.lease is not None:
+            # Before every wait, whether changes wake it early or not: a loss the
+            # renewal timer found ends the run here.
+            self.lease.renew_if_due()
         while (left := deadline - time.monotonic()) > 0:
             step = left if self.lease is None else min(left, self.lease.duration_seconds / 3)
             if changes.wait(step):
