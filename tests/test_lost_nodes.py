@@ -41,13 +41,18 @@ def run_for(scenario, seconds, step=20):
     return scenario.run_pass()
 
 
-def test_a_gang_whose_worker_node_goes_silent_restarts_and_says_why(tmp_path):
+def gang_with_a_silent_worker_node(tmp_path):
+    """A one-gang service at rest, the leader and its worker on nodes of their own (one
+    GPU a node), then the worker's node silenced: (scenario, that node)."""
     repo = write_service(tmp_path / "repo", replicas=1, workers=1,
                          lifecycle={**strategy(maxUnavailable=1), **TIMEOUT})
-    # One GPU a node: the leader and its worker on nodes of their own.
     scenario = Scenario(tmp_path, repo, nodes=3, gpus=1)
     scenario.until_idle()
-    node = silence(scenario, "svc-engine-0-worker-0")
+    return scenario, silence(scenario, "svc-engine-0-worker-0")
+
+
+def test_a_gang_whose_worker_node_goes_silent_restarts_and_says_why(tmp_path):
+    scenario, node = gang_with_a_silent_worker_node(tmp_path)
     run_for(scenario, 360)  # NotReady at 40 s, evicted at 340 s, Terminating since
     worker = [p for p in scenario.pods() if p["metadata"]["name"] == "svc-engine-0-worker-0"]
     assert worker and P.is_terminating(worker[0])
@@ -73,12 +78,7 @@ def test_a_gang_whose_worker_node_goes_silent_restarts_and_says_why(tmp_path):
 
 
 def test_a_gang_rebuilds_once_the_silent_node_is_removed(tmp_path):
-    repo = write_service(tmp_path / "repo", replicas=1, workers=1,
-                         lifecycle={**strategy(maxUnavailable=1), **TIMEOUT})
-    # One GPU a node: the leader and its worker on nodes of their own.
-    scenario = Scenario(tmp_path, repo, nodes=3, gpus=1)
-    scenario.until_idle()
-    node = silence(scenario, "svc-engine-0-worker-0")
+    scenario, node = gang_with_a_silent_worker_node(tmp_path)
     run_for(scenario, 420)
     with SimCluster(scenario.path) as cluster:
         cluster.inject_fault("node-removed", node=node)

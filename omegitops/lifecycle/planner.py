@@ -102,6 +102,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     """One bounded step for one component; pure."""
     work = Work(desired, observed, now.timestamp())
     previous, unreadable = readable_status((observed.replica or {}).get("status"))
+    work.previous = previous
     work.rows = {row["index"]: row for row in previous.get("instances") or []}
     if unreadable:
         # Rebuilt from the pods below (adopt_orphans), as after a deleted InferenceReplica.
@@ -444,8 +445,7 @@ def _replica(work: Work, rollout: dict) -> dict:
         row["pods"] = [P.pod_row(p) for p in work.groups.get(row["index"], [])
                        if not P.is_terminating(p)]
     ordered = [work.rows[i] for i in sorted(work.rows)]
-    status = component_status(work, ordered, readable_status(previous.get("status"))[0],
-                              rollout)
+    status = component_status(work, ordered, work.previous, rollout)
     status["instances"] = encode_rows(ordered)
     if work.retries:
         status["revisionRetries"] = work.retries

@@ -92,6 +92,8 @@ class Work:
     moved: set[int] = field(default_factory=set)
     # Pods per Instance at a stored revision (needed_at).
     sizes: dict[str, int] = field(default_factory=dict)
+    # The InferenceReplica's status as the last pass left it, read once (readable_status).
+    previous: dict[str, Any] = field(default_factory=dict)
 
     # -- reading --------------------------------------------------------------
 
