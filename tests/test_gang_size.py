@@ -11,10 +11,11 @@ size, budgets held.
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from omegitops.cluster.sim import SimCluster
 from omegitops.lifecycle import pods as P
-from tests.fleet import strategy, write_service
+from tests.fleet import runner, strategy, write_service
 from tests.scenario import Scenario
 
 SURGE = strategy(maxSurge=1, maxUnavailable=0)
@@ -101,3 +102,29 @@ def test_the_plan_shows_a_resize_as_a_change_of_revision(tmp_path, cli):
     code, out, err = cli("plan", "--repo", str(repo), "--cluster", f"sim:{scenario.path}")
     assert code == 0, err
     assert "2 Instances to move" in out and "size: 2" in out, out
+
+
+def test_a_gang_too_big_for_the_cluster_takes_no_gpu_from_the_others(tmp_path):
+    """A gang of 100 one-GPU pods on eight 8-GPU nodes, beside a one-pod service. With the
+    PodGroup kind installed, the simulated scheduler places a gang whole or not at all, as
+    the coscheduling plugin does: before, it bound 64 of the gang's pods and the other
+    service never got a GPU. The gang's Instance waits, and its operation says why."""
+    repo = write_service(tmp_path / "repo", replicas=1, workers=99, name="big")
+    small = (repo / "services" / "big.yaml").read_text().replace("name: big", "name: small")
+    (repo / "services" / "small.yaml").write_text(small.replace("srt-test", "srt-one"))
+    runtime = (repo / "runtimes" / "test.yaml").read_text()
+    (repo / "runtimes" / "one.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "ome.io/v1beta1", "kind": "ClusterServingRuntime",
+        "metadata": {"name": "srt-one"},
+        "spec": {"engineConfig": {"tolerations": yaml.safe_load(runtime)["spec"][
+            "engineConfig"]["tolerations"], "runner": runner()}}}))
+    scenario = Scenario(tmp_path, repo, podgroups=True)
+    scenario.until(lambda s: any(r["phase"] == "Ready" for r in s.rows("small-engine")))
+    scenario.advance(60)
+    scenario.run_pass()
+    assert [r["phase"] for r in scenario.rows("small-engine")] == ["Ready"]
+    gang = scenario.pods("big-")
+    assert len(gang) == 100 and not [p for p in gang if p["spec"].get("nodeName")]
+    [row] = scenario.rows("big-engine")
+    assert row["phase"] == "Creating"
+    assert "PodGroup demo/big-engine-0 gets rejected" in row["operation"]["waiting"]

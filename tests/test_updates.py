@@ -496,7 +496,8 @@ def test_unschedulable_surge_fails_after_the_grace_and_leaves_an_extra(tmp_path)
                                  for r in rows(s).values()))
     moving = next(r for r in rows(scenario).values() if r["operation"])
     assert moving["operation"]["waiting"] == (
-        f"pod svc-engine-{moving['index']}-default-1 is unschedulable")
+        f"pod svc-engine-{moving['index']}-default-1 is unschedulable: 0/10 nodes are "
+        "available: 10 node(s) were unschedulable.")
     start = scenario.now()
     scenario.until(lambda s: bool(messages(s, "UpdateFailed")))
     assert (scenario.now() - start).total_seconds() >= 15 * 60 - 2

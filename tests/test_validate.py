@@ -405,3 +405,18 @@ def test_an_unrendered_helm_placeholder_for_an_image_is_warned_about(tmp_path, c
     assert code == 0, out + err
     assert "'{{ .Values.image }}', which is no image reference" in out + err
     assert "InvalidImageName" in out + err
+
+
+@pytest.mark.parametrize("workers, warned", [(4999, False), (5000, True)])
+def test_a_gang_wider_than_any_cluster_is_warned_about(tmp_path, cli, workers, warned):
+    """A gang of 8-GPU pods needs a node per pod: past Kubernetes' 5,000 nodes no cluster
+    the plan sizes holds one Instance (GangCannotFit). A gang scheduler would never start
+    it, and without one its pods take GPUs from every other service."""
+    runtime = RUNTIME.replace("nvidia.com/gpu: 1", "nvidia.com/gpu: 8")
+    service = SERVICE + f"    worker:\n      size: {workers}\n"
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": runtime, "svc.yaml": service})
+    code, out, err = cli("validate", "--repo", str(repo))
+    assert code == 0, out + err
+    wanted = (f"GangCannotFit: one Instance of component engine ({workers + 1} pods) needs "
+              f"{workers + 1} nodes, more than a Kubernetes cluster has (5000)")
+    assert (wanted in out + err) is warned, out + err

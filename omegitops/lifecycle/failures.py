@@ -127,6 +127,7 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
     gated = _external_hold(work, operation, pods)
     if gated:
         return None
+    unschedulable: list[dict] = []
     for pod in pods:
         name = pod["metadata"]["name"]
         if P.has_ended(pod):
@@ -138,7 +139,8 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
                     return failure_record(work, pod, "Unschedulable",
                                           _condition_message(pod, "PodScheduled"))
                 work.wake(since + unschedulable_grace)
-            operation["waiting"] = f"pod {name} is unschedulable"
+            unschedulable.append(pod)
+            operation["waiting"] = _unschedulable_waiting(unschedulable)
             continue
         waiting = _waiting(pod)
         if waiting is None:
@@ -220,6 +222,17 @@ def _unschedulable(pod: dict) -> bool:
         if cond.get("type") == "PodScheduled":
             return cond.get("reason") == "Unschedulable"
     return False
+
+
+def _unschedulable_waiting(pods: list[dict]) -> str:
+    """``pod … is unschedulable: <the scheduler's words>``, the first such pod named (a
+    gang the scheduler refuses whole has every pod so)."""
+    first = pods[0]
+    text = f"pod {first['metadata']['name']} is unschedulable"
+    if len(pods) > 1:
+        text += f" (and {len(pods) - 1} more of its pods)"
+    message = _condition_message(first, "PodScheduled")
+    return f"{text}: {message}" if message else text
 
 
 def _condition_message(pod: dict, kind: str) -> str:

@@ -13,12 +13,15 @@ from typing import Any
 
 from jsonschema.exceptions import ValidationError
 
+from omegitops.cluster.sim import sizing
+from omegitops.cluster.sim.scheduler import pod_requests
 from omegitops.ids import ResourceId
 from omegitops.lifecycle import budgets
 from omegitops.lifecycle.copying import Packed
 from omegitops.lifecycle.names import derived_names, longest_fitting
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import (
+    GANG,
     OMENATIVE,
     SURGE_THEN_DRAIN,
     ComponentLifecycle,
@@ -27,6 +30,7 @@ from omegitops.lifecycle.resolve import (
     resolve_component,
     resolve_mode,
 )
+from omegitops.lifecycle.templates import LEADER, WORKER
 from omegitops.manifests.plannable import component_errors, lifecycle_blocks, value_errors
 from omegitops.manifests.repository import (
     CLUSTER_SERVING_RUNTIME,
@@ -184,6 +188,7 @@ def service_errors(
         if warnings is not None:
             warnings.extend(_stuck_budget_warnings(service, lifecycle))
             warnings.extend(_image_warnings(service, lifecycle, rendered["templates"]))
+            warnings.extend(_gang_fit_warnings(service, lifecycle, rendered["templates"]))
     return errors
 
 
@@ -269,6 +274,33 @@ def _image_warnings(service: Manifest, lifecycle: ComponentLifecycle,
                     f"component {component}'s {runner} pods name the image {image!r}, "
                     "which is no image reference: the kubelet would fail them as "
                     "InvalidImageName"))]
+    return []
+
+
+def _gang_fit_warnings(service: Manifest, lifecycle: ComponentLifecycle,
+                       templates: dict[str, dict]) -> list[ManifestError]:
+    """A pod, or one gang, that no cluster the plan sizes can hold (GangCannotFit): a pod
+    asking more CPU or memory than a node offers (128 CPUs, 2 TiB), or a gang needing more
+    nodes than a Kubernetes cluster has (5,000). A gang scheduler never starts it; without
+    one, its pods take GPUs from every other service. A warning: the API server takes it."""
+    component = lifecycle.component
+    counts = {LEADER: 1, WORKER: lifecycle.worker_size} if lifecycle.shape == GANG else {}
+    nodes = 0
+    for runner, template in templates.items():
+        requests = pod_requests(template)
+        short = sizing.short_of(requests)
+        if short:
+            return [service.error(("spec", component), (
+                f"GangCannotFit: component {component}'s {runner} pods ask for more "
+                f"{' and '.join(short)} than a node holds (128 CPUs, 2 TiB of memory): no "
+                "node of any cluster the plan sizes can run them"))]
+        nodes += sizing.nodes_for(requests, counts.get(runner, 0))
+    if nodes > sizing.MAX_CLUSTER_NODES:
+        return [service.error(("spec", component, "worker", "size"), (
+            f"GangCannotFit: one Instance of component {component} ({1 + lifecycle.worker_size} "
+            f"pods) needs {nodes} nodes, more than a Kubernetes cluster has "
+            f"({sizing.MAX_CLUSTER_NODES}): a gang scheduler never starts it, and without one "
+            "its pods take GPUs from every other service"))]
     return []
 
 

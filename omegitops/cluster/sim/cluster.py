@@ -37,7 +37,7 @@ from omegitops.cluster.sim.podstatus import (
     render_unscheduled,
     set_condition,
 )
-from omegitops.cluster.sim.scheduler import NodeRoom, Round, pod_requests
+from omegitops.cluster.sim.scheduler import Gang, NodeRoom, Round, pod_requests
 from omegitops.cluster.sim.sizing import NodePool
 from omegitops.cluster.sim.store import FileLock, fresh_state, load_state, save_state
 from omegitops.cluster.sim.timeline import Timeline
@@ -54,6 +54,8 @@ BASE_KINDS = {
     base.SERVICE,
 }
 TERMINAL = ("Succeeded", "Failed")
+# The label by which the coscheduling plugin finds a pod's PodGroup.
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
 def clone(value):
@@ -314,6 +316,8 @@ class SimCluster(Cluster):
         objects[key] = obj
         if kind == base.NODE:
             self._node_joins(name)
+        if kind == base.POD_GROUP:
+            self._sim["schedulerDirty"] = True  # its pods may now go together
         return clone(obj)
 
     def replace_object(self, obj: dict) -> dict:
@@ -342,6 +346,8 @@ class SimCluster(Cluster):
         if kind == base.NODE:
             self._sim["schedulerDirty"] = True
             self._process_node(stored["metadata"]["name"])  # new taints act at once
+        if kind == base.POD_GROUP:
+            self._sim["schedulerDirty"] = True  # a new minMember
         return clone(stored)
 
     def replace_status(self, obj: dict) -> dict:
@@ -370,6 +376,8 @@ class SimCluster(Cluster):
             self._bump(obj)
             return
         self._finalize(kind, obj)
+        if kind == base.POD_GROUP:
+            self._sim["schedulerDirty"] = True  # its pods are scheduled one by one now
 
     def record_event(self, event: dict) -> dict | None:
         self._require()
@@ -446,6 +454,7 @@ class SimCluster(Cluster):
             if rec["node"] in rooms and not self._releases_resources(uid, rec):
                 rooms[rec["node"]].take(rec["requests"])
         round_ = Round(list(rooms.values()))
+        gangs: dict[str, list[tuple[dict, dict]]] = {}
         for uid in pending:
             pod, rec = self._objects[base.POD][self._pod_keys[uid]], records[uid]
             if pod["metadata"].get("deletionTimestamp"):
@@ -455,16 +464,56 @@ class SimCluster(Cluster):
                                          "Scheduling is blocked due to non-empty scheduling gates")
                 continue
             wanted = pod["spec"].get("nodeName")
+            gang = None if wanted else self._gang_key(pod)
+            if gang is not None:
+                gangs.setdefault(gang, []).append((pod, rec))
+                continue
             if wanted:
                 room, message = rooms.get(wanted), f"node {wanted} does not exist"
                 if room:
                     room.take(rec["requests"])
             else:
                 room, message = round_.place(pod, rec["requests"])
-            if room is None:
-                self._mark_unschedulable(pod, rec, "Unschedulable", message)
-                continue
+            self._place(pod, rec, room, message)
+        # Gangs after single pods: the coscheduling plugin's queue sort keeps a group's
+        # pods together; which comes first within a round is the simulator's choice.
+        for key, members in gangs.items():
+            outcomes = round_.place_gang(self._gang(key),
+                                         [(pod, rec["requests"]) for pod, rec in members])
+            for (pod, rec), (room, message) in zip(members, outcomes, strict=True):
+                self._place(pod, rec, room, message)
+
+    def _place(self, pod: dict, rec: dict, room: NodeRoom | None, message: str) -> None:
+        if room is None:
+            self._mark_unschedulable(pod, rec, "Unschedulable", message)
+        else:
             self._bind(pod, rec, room.name)
+
+    def _gang_key(self, pod: dict) -> str | None:
+        """``namespace/name`` of the PodGroup the pod belongs to, when the PodGroup kind is
+        installed and that group exists (the coscheduling plugin schedules a pod whose
+        group is missing as any other pod)."""
+        if not self._state["settings"]["podGroupCRD"]:
+            return None
+        group = (pod["metadata"].get("labels") or {}).get(POD_GROUP_LABEL)
+        if not group:
+            return None
+        key = f"{pod['metadata']['namespace']}/{group}"
+        return key if key in self._objects.get(base.POD_GROUP, {}) else None
+
+    def _gang(self, key: str) -> Gang:
+        namespace, name = key.split("/", 1)
+        minimum = (self._objects[base.POD_GROUP][key].get("spec") or {}).get("minMember")
+        pods = bound = 0
+        for pod in self._objects[base.POD].values():
+            meta = pod["metadata"]
+            if (meta["namespace"] != namespace or meta.get("deletionTimestamp")
+                    or (meta.get("labels") or {}).get(POD_GROUP_LABEL) != name):
+                continue
+            pods += 1
+            rec = self._sim["pods"][meta["uid"]]
+            bound += rec["node"] is not None and pod["status"].get("phase") not in TERMINAL
+        return Gang(key, int(minimum) if isinstance(minimum, int) else 1, pods, bound)
 
     def _releases_resources(self, uid: str, rec: dict) -> bool:
         pod = self._objects[base.POD].get(self._pod_keys.get(uid, ""))

@@ -5,6 +5,9 @@ one that fails: NodeUnschedulable, TaintToleration, NodeAffinity (nodeSelector
 and required node affinity), NodeResourcesFit (cpu, memory, GPUs, pod count).
 A pod that fits nowhere gets kube's summary, e.g.
 ``0/8 nodes are available: 8 Insufficient nvidia.com/gpu.``
+With the PodGroup kind installed, a gang is placed as the scheduler-plugins
+coscheduling plugin places it: all its pods or none (``Round.place_gang``), with
+that plugin's messages.
 Pure: it reads node and pod dicts and returns decisions.
 """
 
@@ -179,6 +182,8 @@ class Round:
         self.rooms = rooms
         self._cursor: dict[str, int] = {}
         self._refused: dict[str, str] = {}
+        # While a gang is tried: what it took, to give back if it cannot go whole.
+        self._taken: list[tuple[NodeRoom, dict[str, int]]] | None = None
 
     def place(self, pod: dict, requests: dict[str, int]) -> tuple[NodeRoom | None, str]:
         shape = _shape(pod, requests)
@@ -190,7 +195,52 @@ class Round:
             return None, self._refused[shape]
         self._cursor[shape] = index
         room.take(requests)
+        if self._taken is not None:
+            self._taken.append((room, requests))
         return room, ""
+
+    def place_gang(self, gang: Gang, members: list[tuple[dict, dict[str, int]]]
+                   ) -> list[tuple[NodeRoom | None, str]]:
+        """Place the pending ``members`` of ``gang`` all together or not at all, as the
+        coscheduling plugin does: PreFilter refuses every member while the group has
+        fewer pods than ``minMember``; Permit lets the members bind only once the
+        group's bound pods and those placed now reach ``minMember``, and PostFilter
+        rejects the whole group when one of them fits nowhere."""
+        if gang.pods < gang.min_member:
+            return [(None, (f"0/{len(self.rooms)} nodes are available: pre-filter pod "
+                            f"{pod['metadata']['name']} cannot find enough sibling pods, "
+                            f"current pods number: {gang.pods}, minMember of group: "
+                            f"{gang.min_member}.")) for pod, _ in members]
+        cursor, refused = dict(self._cursor), dict(self._refused)
+        self._taken = []
+        try:
+            placed = [self.place(pod, requests) for pod, requests in members]
+            taken = self._taken
+        finally:
+            self._taken = None
+        if gang.bound + sum(1 for room, _ in placed if room is not None) >= gang.min_member:
+            return placed
+        for room, requests in taken:
+            for name, amount in requests.items():
+                room.used[name] -= amount
+        self._cursor, self._refused = cursor, refused
+        first, (_, why) = next((pod, outcome) for (pod, _), outcome in zip(members, placed)
+                               if outcome[0] is None)
+        rejected = (f"PodGroup {gang.name} gets rejected due to Pod {first['metadata']['name']} "
+                    "is unschedulable even after PostFilter")
+        return [(None, f"{why} {rejected}." if outcome[0] is None else f"{rejected}.")
+                for outcome in placed]
+
+
+@dataclass(frozen=True)
+class Gang:
+    """A PodGroup as the coscheduling plugin counts it: ``namespace/name``, its
+    ``minMember``, the pods that carry its label, and those of them already bound."""
+
+    name: str
+    min_member: int
+    pods: int
+    bound: int
 
 
 def _shape(pod: dict, requests: dict[str, int]) -> str:

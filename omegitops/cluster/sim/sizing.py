@@ -97,3 +97,28 @@ def _packed_nodes(requests: list[dict[str, int]], gpus: int) -> int:
             if k in room:
                 room[k] -= v
     return len(free)
+
+
+# Kubernetes' documented limit: a cluster of at most 5,000 nodes.
+MAX_CLUSTER_NODES = 5000
+
+
+def node_for(requests: dict[str, int]) -> dict[str, int]:
+    """What a node of the pools ``size_for`` makes offers a pod of ``requests``: the
+    default node, with as many GPUs as the pod asks when that is more than eight."""
+    gpus = max(DEFAULT_GPUS, -(-requests.get(GPU, 0) // 1000))
+    return {"cpu": NODE_CPU, "memory": NODE_MEMORY, GPU: gpus * 1000, POD_SLOT: NODE_PODS}
+
+
+def short_of(requests: dict[str, int]) -> list[str]:
+    """The resources a pod asks more of than any node ``size_for`` makes holds."""
+    node = node_for(requests)
+    return [name for name in ("cpu", "memory") if requests.get(name, 0) > node[name]]
+
+
+def nodes_for(requests: dict[str, int], count: int) -> int:
+    """Nodes of ``node_for(requests)`` that ``count`` such pods need (each fits one)."""
+    node = node_for(requests)
+    per_node = min(node[name] // amount for name, amount in requests.items()
+                   if amount and name in node)
+    return -(-count // max(per_node, 1))
