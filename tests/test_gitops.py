@@ -631,3 +631,27 @@ def test_a_report_path_that_leads_out_of_the_clone_is_refused(cli, tmp_path, lin
     assert "nothing was reconciled" in err
     assert not list(outside.iterdir())
     assert not (tmp_path / "cluster.json").exists()
+
+
+def test_a_branch_deleted_on_the_remote_meanwhile_is_not_made_again(cli, tmp_path, remote,
+                                                                   monkeypatch):
+    """The branch the manifests were read from is deleted while the job runs: a push would
+    create it again, with the report on manifests nobody keeps. It is refused, named."""
+    real = push_module._push_once
+
+    def push_once(git_, target):
+        subprocess.run(["git", "-C", remote.removeprefix("file://"), "branch", "-D", "main"],
+                       check=True, capture_output=True)
+        return real(git_, target)
+
+    subprocess.run(["git", "-C", remote.removeprefix("file://"), "branch", "keep", "main"],
+                   check=True, capture_output=True)
+    subprocess.run(["git", "-C", remote.removeprefix("file://"), "symbolic-ref", "HEAD",
+                    "refs/heads/keep"], check=True, capture_output=True)
+    monkeypatch.setattr(push_module, "_push_once", push_once)
+    code, _, err = run_reconcile(cli, tmp_path, remote, "--branch", "main", "--commit",
+                                 "--push")
+    assert code == 1, err
+    assert "branch main was deleted on the remote after it was read" in err
+    assert "nothing is lost" in err
+    assert "main" not in [h.name for h in remote_repo(remote).heads]

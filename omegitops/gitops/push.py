@@ -99,6 +99,11 @@ def remote_target(checkout: Checkout) -> Target:
 
 def _push_once(git: Git, target: Target) -> tuple[bool, bool, str]:
     """(pushed, rejected because the remote moved, git's reason)."""
+    if _deleted(git, target):
+        # A push to a branch that is gone makes it again: whoever deleted it meant the
+        # opposite, and the manifests it held are no longer the ones reconciled.
+        return False, False, (f"branch {target.branch} was deleted on the remote after it was "
+                              "read; pushing would create it again")
     # An explicit refspec without "+": git refuses anything but a fast-forward.
     status, out, err = git.attempt("push", "--porcelain", target.remote,
                                    f"HEAD:refs/heads/{target.branch}", network=True)
@@ -110,6 +115,14 @@ def _push_once(git: Git, target: Target) -> tuple[bool, bool, str]:
     moved = any("[rejected]" in line for line in refs)
     detail = refs[0].split("\t")[-1] if refs else one_line(err)
     return False, moved, git.scrub(remote_says(detail or f"git push exited {status}", err))
+
+
+def _deleted(git: Git, target: Target) -> bool:
+    """Whether the branch is missing on the remote (an unanswered ls-remote is left to
+    the push itself to report)."""
+    status, out, _ = git.attempt("ls-remote", "--heads", target.remote,
+                                 f"refs/heads/{target.branch}", network=True)
+    return status == 0 and not out.strip()
 
 
 def remote_says(detail: str, err: str) -> str:

@@ -143,6 +143,8 @@ def load_documents(text: str) -> Iterator[Document]:
                 node = loader.get_node()
             except yaml.MarkedYAMLError as err:
                 raise _marked(err, text) from None
+            except yaml.reader.ReaderError as err:
+                raise _unreadable(err, text) from None
             except yaml.YAMLError as err:
                 raise YamlError(_clip(str(err))) from None
             if node is None:
@@ -217,6 +219,16 @@ def _marked(err: yaml.MarkedYAMLError, text: str | None = None) -> YamlError:
         # An unclosed bracket or quote is found where the file ends: say where it opened.
         problem = f"{problem.strip()} (started at line {start.line + 1})"
     return YamlError(_clip(problem.strip()), mark.line + 1 if mark else None)
+
+
+def _unreadable(err: yaml.reader.ReaderError, text: str) -> YamlError:
+    """A character YAML refuses (a control character), at its line and column: the
+    reader names only its offset in the text."""
+    before = text[:err.position]
+    line = before.count("\n") + 1
+    column = err.position - (before.rfind("\n") + 1) + 1
+    return YamlError(_clip(f"{err.reason} (character #x{err.character:04x}, column {column})"
+                           if isinstance(err.character, int) else err.reason), line)
 
 
 def _tab_at(text: str, mark: yaml.Mark) -> bool:
