@@ -5,6 +5,7 @@ the cases the control plane holds to a server-side dry run one by one
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -53,3 +54,25 @@ def test_validate_refuses_what_the_api_server_refuses(tmp_path, cli, case):
     code, out, err = cli("validate", "--repo", str(repo))
     assert code == 1, out + err
     assert said in out + err and "the API server refuses them" in out + err, out + err
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sim_refuses_at_create_what_the_api_server_refuses(tmp_path, case):
+    """``sim:`` refuses the same pods when they are created, as the API server does, so a
+    forecast never runs Ready what a cluster would refuse on every pass."""
+    from omegitops.cluster.errors import Invalid
+    from omegitops.cluster.sim import SimCluster
+    from tests.cluster.sim_helpers import make_pod
+
+    engine, said = CASES[case]
+    pod = make_pod("refused")
+    container = pod["spec"]["containers"][0]
+    for key, value in (engine.get("runner") or {}).items():
+        container[key] = {**container.get(key, {}), **value} if key == "resources" else value
+    pod["spec"].update({k: v for k, v in engine.items() if k == "nodeSelector"})
+    pod["metadata"]["annotations"].update(engine.get("annotations") or {})
+    SimCluster.init(tmp_path / "c.json")
+    with SimCluster(tmp_path / "c.json") as sim:
+        with pytest.raises(Invalid, match=re.escape(said)):
+            sim.create_pod(pod)
+        assert sim.list_pods() == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from omegitops.lifecycle import podrules
 from omegitops.lifecycle.durations import DurationError, parse_duration
 from omegitops.lifecycle.names import template_names
 from omegitops.lifecycle.resolve import (
@@ -173,156 +174,41 @@ def _container_errors(service: Manifest, runtime: Manifest | None,
 # Resources the API server lets a container overcommit (requests below limits); any
 # other, an extended resource such as nvidia.com/gpu, needs requests equal to limits,
 # in whole units (core/v1 validation).
-_OVERCOMMITTED = ("cpu", "memory", "ephemeral-storage", "hugepages-")
-# All of a pod's annotations together (metadata validation).
-ANNOTATIONS_MAX_BYTES = 256 * 1024
-
-
-def _overcommitted(resource: str) -> bool:
-    return "/" not in resource and resource.startswith(_OVERCOMMITTED)
-
-
 def _pod_field_errors(service: Manifest, runtime: Manifest | None,
                       lifecycle: ComponentLifecycle,
                       templates: dict[str, dict]) -> list[ManifestError]:
-    """Fields of a rendered pod the API server refuses on every pass, with its words:
-    quantities (negative, requests over limits, an extended resource's requests not
-    equal to its limits or not whole), ports outside 1-65535, an image with surrounding
-    spaces, an env name with '=', node selector labels it refuses, annotations over
-    256 KiB."""
+    """Fields of a rendered pod the API server refuses on every pass, with its words
+    (``lifecycle/podrules.py``)."""
     component = lifecycle.component
     for runner, template in templates.items():
-        spec = template["spec"]
-        pods = "pods" if runner == "default" else f"{runner} pods"
-        found = None
-        for container in (c for key in ("initContainers", "containers")
-                          for c in spec.get(key) or [] if isinstance(c, dict)):
-            found = found or _container_field(container)
-        found = found or _selector_field(spec.get("nodeSelector"))
-        annotations = template["metadata"].get("annotations") or {}
-        size = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
-        if not found and size > ANNOTATIONS_MAX_BYTES:
-            limit = f"may not be more than {ANNOTATIONS_MAX_BYTES} bytes"
-            found = (f"annotations of {size} bytes", limit, "annotations")
+        found = podrules.field_problem(template["spec"], template["metadata"])
         if found:
             what, rule, field = found
             return [service.error(("spec", component), (
-                f"component {component}'s {pods} would have {what}, and the API server "
-                f"refuses them: {rule}; fix {field} "
+                f"component {component}'s {_pods(runner)} would have {what}, and the API "
+                f"server refuses them: {rule}; fix {field} "
                 f"{_volumes_where(component, runner, runtime)}"))]
     return []
-
-
-def _container_field(container: dict) -> tuple[str, str, str] | None:
-    name = container.get("name") or "(unnamed)"
-    image = container.get("image")
-    if isinstance(image, str) and image != image.strip():
-        return (f"image {image!r} in container {name}",
-                "must not have leading or trailing whitespace", "the image")
-    for env in container.get("env") or []:
-        if isinstance(env, dict) and "=" in str(env.get("name", "")):
-            return (f"env name {env.get('name')!r} in container {name}",
-                    "a valid environment variable name must not contain '='", "env")
-    for port in container.get("ports") or []:
-        for key in ("containerPort", "hostPort"):
-            value = port.get(key) if isinstance(port, dict) else None
-            if value is not None and not (isinstance(value, int) and 1 <= value <= 65535):
-                return (f"{key} {value!r} in container {name}",
-                        "must be between 1 and 65535, inclusive", "ports")
-    return _resource_field(container.get("resources") or {}, name)
-
-
-def _resource_field(resources: dict, name: str) -> tuple[str, str, str] | None:
-    from omegitops.cluster.quantities import parse_milli
-
-    amounts: dict[str, dict[str, int]] = {}
-    for kind in ("requests", "limits"):
-        for resource, value in (resources.get(kind) or {}).items():
-            try:
-                milli = parse_milli(value)
-            except (TypeError, ValueError):
-                continue  # the schema's to refuse
-            if milli < 0:
-                return (f"{kind} {resource}: {value} in container {name}",
-                        "must be greater than or equal to 0", "resources")
-            amounts.setdefault(kind, {})[resource] = milli
-    requests, limits = amounts.get("requests", {}), amounts.get("limits", {})
-    for resource, milli in requests.items():
-        limit = limits.get(resource)
-        if _overcommitted(resource):
-            if limit is not None and milli > limit:
-                return (f"requests {resource} over its limit in container {name}",
-                        f"must be less than or equal to {resource} limit", "resources")
-            continue
-        if limit is None or milli != limit:
-            return (f"requests {resource} not equal to its limit in container {name}",
-                    f"must be equal to {resource} limit (not overcommittable)", "resources")
-    for resource, milli in {**requests, **limits}.items():
-        if not _overcommitted(resource) and milli % 1000:
-            return (f"a fractional {resource} in container {name}",
-                    f"{resource} must be a whole number", "resources")
-    return None
-
-
-def _selector_field(selector: Any) -> tuple[str, str, str] | None:
-    from omegitops.lifecycle.names import LABEL_KEY, LABEL_VALUE
-
-    for key, value in (selector or {}).items() if isinstance(selector, dict) else ():
-        for rule, text in ((LABEL_KEY, str(key)), (LABEL_VALUE, str(value))):
-            if not rule.allows(text):
-                shown = text if len(text) <= 70 else f"{text[:67]}..."
-                return (f"node selector {rule.title} {shown!r}",
-                        f"{rule.title} is at most {rule.limit} characters and {rule.form}",
-                        "nodeSelector")
-    return None
-
-
-def _duplicates(items: Any, key: Any) -> list:
-    """The values of ``key`` that more than one item of ``items`` has."""
-    seen, twice = set(), []
-    for item in items or []:
-        value = key(item) if isinstance(item, dict) else None
-        if value in (None, "") or value in seen:
-            if value not in (None, "") and value not in twice:
-                twice.append(value)
-            continue
-        seen.add(value)
-    return twice
 
 
 def _duplicate_errors(service: Manifest, runtime: Manifest | None,
                       lifecycle: ComponentLifecycle,
                       templates: dict[str, dict]) -> list[ManifestError]:
-    """What the API server refuses as a ``Duplicate value`` in a pod, on every pass:
-    two containers or two volumes of one name, two mounts at one path in a container,
-    two ports of one name in a container, one host port taken twice."""
+    """What the API server refuses as a ``Duplicate value`` in a pod, on every pass."""
     component = lifecycle.component
     for runner, template in templates.items():
-        spec = template["spec"]
-        pods = "pods" if runner == "default" else f"{runner} pods"
-        containers = [c for key in ("initContainers", "containers")
-                      for c in spec.get(key) or [] if isinstance(c, dict)]
-        found = [("container name", v, "containers")
-                 for v in _duplicates(containers, lambda c: c.get("name"))]
-        found += [("volume name", v, "volumes")
-                  for v in _duplicates(spec.get("volumes"), lambda v: v.get("name"))]
-        found += [("host port", f"{v[0]}/{v[1]}", "ports") for v in _duplicates(
-            [p for c in containers for p in c.get("ports") or []],
-            lambda p: (p.get("hostPort"), p.get("protocol") or "TCP") if p.get("hostPort")
-            else None)]
-        for container in containers:
-            cname = container.get("name") or "(unnamed)"
-            found += [(f"mount path in container {cname}", v, "volumeMounts") for v in
-                      _duplicates(container.get("volumeMounts"), lambda m: m.get("mountPath"))]
-            found += [(f"port name in container {cname}", v, "ports")
-                      for v in _duplicates(container.get("ports"), lambda p: p.get("name"))]
+        found = podrules.duplicate_problem(template["spec"])
         if found:
-            what, value, field = found[0]
+            what, _, field = found
             return [service.error(("spec", component), (
-                f"component {component}'s {pods} would have the {what} {value!r} twice, "
-                f"and the API server refuses them (Duplicate value): keep one in {field} "
+                f"component {component}'s {_pods(runner)} would have {what}, and the API "
+                f"server refuses them (Duplicate value): keep one in {field} "
                 f"{_volumes_where(component, runner, runtime)}"))]
     return []
+
+
+def _pods(runner: str) -> str:
+    return "pods" if runner == "default" else f"{runner} pods"
 
 
 def _volume_errors(service: Manifest, runtime: Manifest | None,

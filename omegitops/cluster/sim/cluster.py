@@ -43,6 +43,7 @@ from omegitops.cluster.sim.store import FileLock, fresh_state, load_state, save_
 from omegitops.cluster.sim.timeline import Timeline
 from omegitops.cluster.times import format_time, parse_time, to_datetime
 from omegitops.errors import ClusterError
+from omegitops.lifecycle import podrules
 from omegitops.gcpause import gc_paused
 
 DEFAULT_GRACE_SECONDS = 30
@@ -1019,6 +1020,12 @@ def _check_pod(pod: dict) -> None:
                 if mount.get("name") not in volumes:
                     raise Invalid(f"{object_id('Pod', meta['namespace'], name)}: spec.{key}[{i}]"
                                   f".volumeMounts[{j}].name: Not found: {mount.get('name')!r}")
+    # As the API server: the fields validate refuses (lifecycle/podrules.py).
+    found = podrules.field_problem(spec, meta) or podrules.duplicate_problem(spec)
+    if found:
+        what, rule, field = found
+        raise Invalid(f"{object_id('Pod', meta['namespace'], name)} is invalid: {what}: "
+                      f"{rule} ({field})")
 
 
 def _check_pod_update(stored: dict, new: dict) -> None:
