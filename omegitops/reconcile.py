@@ -34,6 +34,7 @@ from omegitops.cluster.errors import (
     LeaseLost,
     NameTaken,
     NotFound,
+    Transient,
 )
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, sequence_value
 from omegitops.cluster.times import format_time
@@ -191,6 +192,14 @@ class PassResult:
     carried: list[tuple[ServiceComponent | None, Plan]] = field(default_factory=list)
     # Components whose plan or writes failed this pass: planned again on the next.
     failed: set[tuple[str, str, str]] = field(default_factory=set)
+    # How many of ``errors`` were the cluster's passing faults (Transient: a timeout, a
+    # 5xx, an API server restarting), which the next pass carries on from.
+    transient: int = 0
+
+    @property
+    def passing_faults_only(self) -> bool:
+        """Errors, all of them transient: a run whose later pass goes clean succeeded."""
+        return bool(self.errors) and self.transient == len(self.errors)
 
     @property
     def all_plans(self) -> list[tuple[ServiceComponent | None, Plan]]:
@@ -368,6 +377,7 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent],
             result.failed.add(plan_key(plan))
         except ClusterError as err:
             result.errors.append(f"{plan.replica['metadata']['name']}: {err}")
+            result.transient += isinstance(err, Transient)
             result.failed.add(plan_key(plan))
     result.applied = writes.count
     return result
@@ -380,6 +390,7 @@ def unobserved(cluster: Cluster, err: ClusterError) -> PassResult:
     failed; the next one observes again."""
     result = PassResult(now=cluster.now(), observed=False)
     result.errors.append(f"observing the cluster: {err}")
+    result.transient = int(isinstance(err, Transient))
     return result
 
 
@@ -634,6 +645,8 @@ def _event(replica: dict, event: Event, now: datetime, uid: str | None,
 # A pass that acted is followed at once by another; this bounds a run whose
 # plans keep acting without the clock moving (which would be a bug).
 MAX_PASSES = 5000
+# After a pass whose LISTs failed, the next look on a cluster that announces its changes.
+UNOBSERVED_RETRY_SECONDS = 5.0
 # Passes that plan what changed are many more and each much smaller: one per
 # burst of watch events.
 MAX_WATCHED_PASSES = 1_000_000
@@ -686,6 +699,10 @@ def _passes_until_idle(cluster: Cluster, items: list[ServiceComponent], prune: P
                 cluster.advance(_gap(cluster, result.now))
                 continue
             wake = _next_wake(cluster, result.wake_at)
+            if not result.observed:
+                # Nothing is known of a cluster that could not be listed: look again soon.
+                again = result.now + timedelta(seconds=UNOBSERVED_RETRY_SECONDS)
+                wake = again if wake is None else min(wake, again)
             if wake is None:
                 return STUCK
             if wake > stop_at:

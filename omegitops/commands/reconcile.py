@@ -186,6 +186,7 @@ def _run_passes(args: argparse.Namespace, loaded, items, report_dir, repository:
     failed = refused
     with open_cluster(args.cluster, shard=shard) as cluster:
         passes = 0
+        outage = False  # the last pass met only transient faults
 
         warned: set[str] = set()
         invalid = _present_but_invalid(loaded)
@@ -194,10 +195,17 @@ def _run_passes(args: argparse.Namespace, loaded, items, report_dir, repository:
                        if not item.lifecycle.managed}
 
         def progress(result) -> None:
-            nonlocal failed, passes
+            nonlocal failed, passes, outage
             passes += 1
-            print_errors(result.errors)
-            failed |= bool(result.errors)
+            if result.passing_faults_only:
+                # The cluster's passing fault (an API server restarting, a timeout): the
+                # next pass carries on, and the run fails only if it ends in one.
+                for error in result.errors:
+                    log.warning("%s; the next pass tries again", error)
+            else:
+                print_errors(result.errors)
+                failed |= bool(result.errors)
+            outage = bool(result.errors) and result.passing_faults_only
             if result.carried and not result.plans:
                 return  # a pass on watches with nothing to plan: not worth a line
             busy = [plan.component for _, plan in result.all_plans if plan.busy]
@@ -272,6 +280,10 @@ def _run_passes(args: argparse.Namespace, loaded, items, report_dir, repository:
         return 128 + interrupted
     if lost is not None:
         print(f"omegitops: error: {lost}; stopped after {_passes(passes)}", file=sys.stderr)
+        failed = True
+    if outage:
+        print("omegitops: error: the last pass met the cluster's faults (above); the next run "
+              "carries on from where it stood", file=sys.stderr)
         failed = True
     return 1 if failed or not loaded.result.ok else 0
 

@@ -23,7 +23,7 @@ resourceVersion that every write bumps (a write that changes nothing keeps it);
 Conflict on a stale resourceVersion, AlreadyExists, NotFound; status kept apart
 behind the status subresource; merge and strategic merge patches (containers by
 name, conditions by type); equality label selectors; pages with ``limit`` and
-``continue``; SelfSubjectAccessReviews, always allowed. A DELETE removes at once.
+``continue``; SelfSubjectAccessReviews, allowed but for what ``deny`` names. A DELETE removes at once.
 """
 
 from __future__ import annotations
@@ -149,6 +149,9 @@ class ApiServerDouble:
         self.requests: deque[Request] = deque(maxlen=log_size)
         self.faults: list[Fault] = []
         self.resource_version = 0
+        # What RBAC denies the caller, as (verb, resource, subresource): the answer of a
+        # SelfSubjectAccessReview, which allows everything else.
+        self.denied: set[tuple[str, str, str]] = set()
         self._served = {(s.group_version, s.plural): s for s in (*BUILT_IN, ACCESS_REVIEWS)}
         self._store: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
         self.serve(POD_GROUPS, podgroups)
@@ -207,6 +210,12 @@ class ApiServerDouble:
         with self.lock:
             self.faults.append(fault)
         return fault
+
+    def deny(self, verb: str, resource: str, subresource: str = "") -> None:
+        """RBAC does not grant ``verb`` on ``resource``: SelfSubjectAccessReviews say so
+        (the 403 itself is a ``fail``)."""
+        with self.lock:
+            self.denied.add((verb, resource, subresource))
 
     def calls(self, verb: str | None = None, path: str | None = None) -> list[Request]:
         """Logged requests with that verb and a path matching the regex ``path``."""
@@ -291,7 +300,9 @@ class ApiServerDouble:
         if served is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if served is ACCESS_REVIEWS:
-            return 201, {**body, "status": {"allowed": True}}
+            asked = (body.get("spec") or {}).get("resourceAttributes") or {}
+            key = (asked.get("verb", ""), asked.get("resource", ""), asked.get("subresource", ""))
+            return 201, {**body, "status": {"allowed": key not in self.denied}}
         if method == "GET" and name is None:
             return 200, self._list(served, namespace, query)
         if method == "GET":

@@ -86,6 +86,8 @@ def test_conflicts_not_found_and_invalid_are_not_retried(kube, api, sleeps):
 
 
 def test_forbidden_names_the_missing_permission_in_one_line(kube, api, sleeps):
+    api.deny("list", "pods")
+    api.deny("patch", "pods", "status")
     api.fail("GET", PODS, status=403, reason="Forbidden", times=1)
     with pytest.raises(Forbidden) as caught:
         kube.list_pods()
@@ -99,6 +101,24 @@ def test_forbidden_names_the_missing_permission_in_one_line(kube, api, sleeps):
         kube.set_pod_condition(NS, "a", "ome.io/serving", True)
     assert "\n" not in str(caught.value)
     assert sleeps == []  # never retried
+    assert len(api.calls(path="selfsubjectaccessreviews")) == 2  # each confirmed by a review
+
+
+def test_a_403_no_review_confirms_is_tried_again_not_called_missing_rbac(kube, api, sleeps):
+    """A restarting kube-apiserver answers 403, in RBAC's words, for a second or two before
+    its authorizer has read the roles (measured on the control plane). A review that grants
+    the permission (or cannot be asked) makes it a passing fault: tried again, and after
+    the retries Transient, which the next pass carries on from; never missing RBAC."""
+    api.fail("GET", PODS, status=403, reason="Forbidden", times=1)
+    assert kube.list_pods() == []
+    assert len(sleeps) == 1
+    api.fail("GET", PODS, status=403, reason="Forbidden", times=10)
+    api.fail("POST", "selfsubjectaccessreviews", status=403, reason="Forbidden", times=1)
+    with pytest.raises(Transient) as caught:
+        kube.list_pods()
+    assert "not taken for missing RBAC" in str(caught.value)
+    assert "no SelfSubjectAccessReview denies list core/pods in all namespaces" in str(
+        caught.value)
 
 
 def test_an_unknown_kind_is_refused_before_any_call(kube, api):

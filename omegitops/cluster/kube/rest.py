@@ -14,7 +14,10 @@ Errors become the cluster layer's (``omegitops.cluster.errors``), chained to an
 - 404 -> NotFound; 409 AlreadyExists -> AlreadyExists; other 409 -> Conflict
   (never retried: the caller reads again on its next pass);
 - 400 and 422 -> Invalid;
-- 403 -> Forbidden, naming the permission (verb, group/resource, namespace);
+- 403 -> Forbidden, naming the permission (verb, group/resource, namespace), once a
+  SelfSubjectAccessReview confirms that RBAC does not grant it; else (an API server
+  restarting, its authorizer not ready) retried, then Transient; an admission
+  refusal (quota, LimitRange, Pod Security, a webhook) -> AdmissionRefused;
 - 410 -> Expired (a list's continue token outlived the server's history);
 - 429, 5xx, timeouts and connection errors -> retried with exponential
   back-off, then Transient.
@@ -44,7 +47,7 @@ from omegitops.cluster.errors import (
     NotFound,
     Transient,
 )
-from omegitops.cluster.kube.access import permission_of
+from omegitops.cluster.kube.access import REVIEW_PATH, permission_of, review_body
 from omegitops.errors import ClusterError
 
 log = logging.getLogger(__name__)
@@ -124,7 +127,12 @@ class Rest:
             try:
                 return self._send(method, path, query, body, content_type, counted_as)
             except HttpError as err:
-                if err.status not in RETRIED_STATUSES or attempt == self.retry.attempts:
+                unconfirmed = err.status == 403 and not _admission(err) and \
+                    not self._confirmed_forbidden(err)
+                if unconfirmed and attempt == self.retry.attempts:
+                    raise Transient(_not_ready(err, what)) from err
+                if not unconfirmed and (err.status not in RETRIED_STATUSES
+                                        or attempt == self.retry.attempts):
                     raise _cluster_error(err, what) from err
                 cause: Exception = err
                 # As client-go does: no sooner than the server asked (at most 10 s).
@@ -140,6 +148,23 @@ class Rest:
             self.retry.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _confirmed_forbidden(self, err: HttpError) -> bool:
+        """Whether a SelfSubjectAccessReview confirms the 403: RBAC does not grant the
+        request's permission. A restarting API server answers 403 for a second or two,
+        in RBAC's own words, before its authorizer has read the roles; the review, asked
+        a moment later, grants what the request needs (or cannot be asked yet), and the
+        request is tried again instead of being called missing RBAC."""
+        permission = permission_of(err.method, err.path)
+        if permission is None:
+            return True  # not a resource (discovery): nothing to review
+        try:
+            review = self._send("POST", REVIEW_PATH, None, review_body(permission), JSON)
+        except (HttpError, urllib3.exceptions.HTTPError, OSError, ValueError) as failed:
+            log.debug("cannot review %s: %s", permission.describe(), failed)
+            return False
+        status = review.get("status") or {}
+        return status.get("allowed") is False and not status.get("evaluationError")
 
     def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
               content_type: str, counted_as: str = "other") -> dict:
@@ -252,6 +277,15 @@ def _forbidden(err: HttpError, what: str) -> str:
         return f"{what}: forbidden: {err.method} {err.path} (HTTP 403)"
     return (f"{what}: forbidden: {permission.describe()} is not granted to this account "
             "(HTTP 403; pipelines/rbac.yaml grants what omegitops needs)")
+
+
+def _not_ready(err: HttpError, what: str) -> str:
+    """A 403 that no SelfSubjectAccessReview confirms, as a passing fault."""
+    permission = permission_of(err.method, err.path)
+    granted = permission.describe() if permission else f"{err.method} {err.path}"
+    return (f"{what}: refused (HTTP 403: {err.message or err.reason}), but no "
+            f"SelfSubjectAccessReview denies {granted}: the API server's authorizer is not "
+            "ready (restarting?), so this is not taken for missing RBAC")
 
 
 def _status_fields(body: bytes) -> tuple[str, str]:

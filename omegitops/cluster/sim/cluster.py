@@ -43,8 +43,8 @@ from omegitops.cluster.sim.store import FileLock, fresh_state, load_state, save_
 from omegitops.cluster.sim.timeline import Timeline
 from omegitops.cluster.times import format_time, parse_time, to_datetime
 from omegitops.errors import ClusterError
-from omegitops.lifecycle import podrules
 from omegitops.gcpause import gc_paused
+from omegitops.lifecycle import podrules
 
 DEFAULT_GRACE_SECONDS = 30
 CLUSTER_SCOPED = {base.NODE}
