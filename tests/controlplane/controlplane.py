@@ -203,6 +203,22 @@ class ControlPlane(Supervisor):
             if process is not None:
                 process.stop()
 
+    def restart_apiserver(self, down_seconds: float) -> float:
+        """Kill kube-apiserver (SIGKILL, as a node failure or an OOM kill does), leave it
+        down ``down_seconds``, start it again on the same port, certificates and etcd, and
+        wait until it is ready; the seconds it was away. Its clients (the controllers,
+        KWOK, a job) find it again by themselves."""
+        started = time.monotonic()
+        process = self.processes.pop("kube-apiserver")
+        process.popen.kill()
+        process.popen.wait(10)
+        time.sleep(down_seconds)
+        self._start_apiserver()
+        if self._admin is not None:
+            self._admin.close()
+            self._admin, self._dynamic = None, None
+        return time.monotonic() - started
+
     # -- components -------------------------------------------------------------------
 
     def _start(self, name: str, args: list[str]) -> Process:
@@ -557,7 +573,10 @@ class ControlPlane(Supervisor):
         with self.audit_log.open("rb") as log:
             log.seek(since)
             for line in log:
-                event = json.loads(line)
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kube-apiserver killed mid-write
                 if event.get("user", {}).get("username") == user:
                     events.append(event)
         return events
