@@ -434,12 +434,22 @@ def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | Non
     start = writes.count
     # Read before any write, so that a refusal stops the component before it moves.
     uid = _service_uid(cluster, plan.replica) if plan.events else None
+    # A new revision is stored before the InferenceReplica that may name it: a row is
+    # never on a revision whose templates a later pass cannot read (an in-place update
+    # recorded and then cut short would otherwise be finished blind). Storing it first
+    # touches no pod, and a pass cut after it finds it stored.
+    new_revisions = [a for a in plan.actions if _stores_revision(a)]
+    for action in new_revisions:
+        _apply(cluster, action)
+        writes.count += 1
     stored = plan.replica
     if plan.replica_changed:
         stored = _write_replica(cluster, plan.replica, writes)
         if not plan.bookkeeping:
             _write_service_status(cluster, plan.replica, writes)
     for action in plan.actions:
+        if _stores_revision(action):
+            continue  # stored above
         try:
             _apply(cluster, action)
         except CreateRefused as err:
@@ -466,6 +476,11 @@ def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | Non
         _clear_outbox(cluster, stored)
         writes.count += 1
     return writes.count - start
+
+
+def _stores_revision(action: object) -> bool:
+    return isinstance(action, ApplyObject) and not action.exists and \
+        action.obj.get("kind") == CONTROLLER_REVISION
 
 
 def _service_uid(cluster: Cluster, replica: dict) -> str | None:

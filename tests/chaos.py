@@ -423,6 +423,10 @@ class Campaign:
             serving = InstancePods(need, groups.get(row["index"], [])).serving_pod_count() > 0
             if not row.get("operation"):
                 self.served_at_rest[key] = serving
+            elif row["operation"].get("type") == "Create":
+                # A new Instance at an index an earlier one had (scaled away, then back):
+                # what that one served says nothing of this one.
+                self.served_at_rest[key] = False
             # Instances still being created only count once they served, and one that
             # served nothing when its operation began (or never served at all, such as
             # a Failed Instance a new revision reaches) costs no budget to move: the

@@ -27,8 +27,9 @@ def _events(scenario: Scenario) -> list[tuple[str, str, int]]:
 
 def test_a_kill_after_the_replica_write_delays_the_events_to_the_next_pass(tmp_path):
     scenario = Scenario(tmp_path, write_service(tmp_path / "repo"))
-    # Two writes get through (the InferenceReplica and its status), then the job dies.
-    scenario.run_pass(kill_after=2)
+    # Three writes get through (the new revision, stored first, then the InferenceReplica
+    # and its status), then the job dies.
+    scenario.run_pass(kill_after=3)
     status = _replica(scenario)["status"]
     assert [(e["sequence"], e["reason"]) for e in status[OUTBOX]] == [
         (1, "InstanceCreating"), (2, "InstanceCreating")]

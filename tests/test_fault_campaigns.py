@@ -596,3 +596,21 @@ def test_a_gang_scaled_down_and_straight_back_up_runs_no_extra_gang(tmp_path):
     15 live pods over a ceiling of 4 gangs of 3. A place now waits for an Instance being
     deleted to let go of its pods."""
     _recorded_campaign(tmp_path, "seed301-scaled-down-and-up-runs-no-extra-gang")
+
+
+def test_an_in_place_update_cut_short_finishes_on_a_stored_revision(tmp_path):
+    """Nightly seed 430: an InPlaceOnly update was recorded (WaitReady on the new
+    revision), then the InferenceReplica's object write failed twice, so neither the pod
+    patch nor the new ControllerRevision (written after it) landed; the change was
+    withdrawn meanwhile, and the Instance finished blind, Ready on a revision its pod
+    never ran and no ControllerRevision held, which InPlaceOnly then refused for good. A
+    new revision is now stored before the InferenceReplica that names it."""
+    _recorded_campaign(tmp_path, "seed430-in-place-update-cut-before-its-revision-was-stored")
+
+
+def test_a_new_instance_at_an_index_an_old_one_had_costs_no_budget(tmp_path):
+    """Nightly seed 441: scaled 4 → 2 → 4, the new Instance 2 never served (a bad image)
+    and failed with two updating Instances; all three moved to the next revision. The
+    product kept the budget (an Instance that never served costs none to move); the
+    campaign's own check took the old Instance 2's service for the new one's."""
+    _recorded_campaign(tmp_path, "seed441-a-new-instance-at-an-old-index-never-served")

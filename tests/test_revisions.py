@@ -408,3 +408,49 @@ def test_a_held_instance_is_rebuilt_at_its_revision_from_packed_data(tmp_path):
     assert _revisions(scenario, "svc-engine-") == {
         "svc-engine-0-default-0": (prior, "sglang:v1"),
         "svc-engine-1-default-0": (current, "sglang:v2")}
+
+
+def test_an_in_place_update_cut_before_its_patch_is_stored_first_and_never_finished_blind(
+        tmp_path):
+    """An in-place update recorded at WaitReady, its pass cut before the pod patch, the
+    revision withdrawn and its ControllerRevision deleted by hand meanwhile: the Instance
+    is not finished on a revision its pod never ran; it stays on what the pod runs, and
+    moves again. (Without the deletion, the stored revision lets the next pass patch the
+    pod; nightly seed 430, in test_fault_campaigns, is the case where it was not stored.)"""
+    from omegitops.lifecycle import pods as P
+
+    life = strategy("InPlaceIfPossible")
+    repo = write_service(tmp_path / "repo", replicas=1, lifecycle=life)
+    scenario = Scenario(tmp_path, repo)
+    scenario.until_idle()
+    write_service(repo, replicas=1, lifecycle=life, image="sglang:v2")
+
+    def step(s):
+        rows = s.rows("svc-engine")
+        return (rows[0].get("operation") or {}).get("step")
+
+    while step(scenario) != "PatchImages":
+        scenario.settle(scenario.run_pass())
+    # The pass that records WaitReady: cut after its first two writes (the revision, then
+    # the InferenceReplica's status), before the pod is patched.
+    scenario.run_pass(kill_after=2)
+    [row] = scenario.rows("svc-engine")
+    with SimCluster(scenario.path) as cluster:
+        stored = {r["metadata"]["name"] for r in cluster.list_objects("ControllerRevision")}
+        [pod] = cluster.list_pods()
+    assert row["operation"]["step"] == "WaitReady" and row["revision"] in stored
+    assert P.revision_of(pod) != row["revision"], "the patch was cut"
+    v2 = row["revision"]
+    # Withdrawn, and its ControllerRevision deleted by hand.
+    write_service(repo, replicas=1, lifecycle=life, image="sglang:v3")
+    with SimCluster(scenario.path) as cluster:
+        cluster.delete_object("ControllerRevision", "demo", v2)
+    scenario.run_pass()
+    [row] = scenario.rows("svc-engine")
+    assert row["revision"] != v2, "finished on a revision the pod never ran"
+    scenario.until_idle()
+    [row] = scenario.rows("svc-engine")
+    target = scenario.replica("svc-engine")["spec"]["revision"]
+    [pod] = scenario.pods()
+    assert row["phase"] == "Ready" and row["revision"] == target == P.revision_of(pod)
+    assert pod["spec"]["containers"][0]["image"] == "sglang:v3"

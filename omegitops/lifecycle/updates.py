@@ -593,6 +593,15 @@ def _in_place(work: Work, row: dict) -> None:
         # ControllerRevision gone since, the patched pods' own images are the target's.
         if work.has_templates(target):
             _patch_images(work, instance.live, target)
+        elif _never_patched(instance.live, target):
+            # Recorded, then cut short before the patch, and the target's images are
+            # unknown now (its ControllerRevision deleted): the update never reached the
+            # pods. The Instance stays on the revision they run, and moves again.
+            row["revision"] = P.revision_of(instance.live[0])
+            work.route(instance.live, True)
+            row["operation"] = None
+            row["phase"] = READY
+            return
         if instance.containers_ready() and all(
                 _runs_images(p, _images_for(work, target, p)) for p in instance.live):
             work.route(instance.live, True)
@@ -600,6 +609,12 @@ def _in_place(work: Work, row: dict) -> None:
         return
     finish_when_available(work, row, "updated in place")
     return
+
+
+def _never_patched(pods: list[dict], target: str) -> bool:
+    """No pod carries the target's ``ome.io/revision`` label, which the patch sets with
+    the images: none was patched."""
+    return bool(pods) and all(P.revision_of(p) not in (None, target) for p in pods)
 
 
 def _images_for(work: Work, revision: str, pod: dict) -> dict[str, str]:
