@@ -221,13 +221,10 @@ def _ranges(indices: list[int]) -> str:
     return ", ".join(out)
 
 
-def gantt(spans: list[Span], origin: float | None = None) -> str | None:
-    """A Mermaid gantt chart: a section per component, a bar per Instance operation (per
-    batch past ``MAX_BARS``), on an axis of time since the rollout's start (``origin``,
-    by default the first span's start), so that it reads as durations, not dates."""
-    if not spans:
-        return None
-    origin = min(s.start for s in spans) if origin is None else origin
+def gantt_bars(spans: list[Span]) -> tuple[list[Bar], int]:
+    """The gantt's bars, in the order drawn: an Instance operation each, a batch each
+    past ``MAX_BARS``, a component's whole rollout each past that (the longest
+    ``MAX_BARS`` of them); and how many rollouts were left out."""
     bars = [Bar(s.service, s.component, s.label, s.start, s.end, s.outcome) for s in spans]
     if len(bars) > MAX_BARS:
         bars = batches(spans)
@@ -238,11 +235,33 @@ def gantt(spans: list[Span], origin: float | None = None) -> str | None:
         kept = sorted(bars, key=lambda b: (b.start - b.end, b.service, b.component))[:MAX_BARS]
         left_out = len(bars) - len(kept)
         bars = sorted(kept, key=lambda b: (b.service, b.component))
+    return bars, left_out
+
+
+def bar_times(bar: Bar, origin: float) -> tuple[int, int]:
+    """(start, end) of a bar in whole seconds since ``origin``, at least a second long:
+    what the chart draws and the plan's JSON says."""
+    offset = max(0, round(bar.start - origin))
+    return offset, offset + max(1, round(bar.end - bar.start))
+
+
+def gantt(spans: list[Span], origin: float | None = None) -> str | None:
+    """A Mermaid gantt chart: a section per component, a bar per Instance operation (per
+    batch past ``MAX_BARS``), on an axis of time since the rollout's start (``origin``,
+    by default the first span's start), so that it reads as durations, not dates.
+
+    Times are milliseconds (``dateFormat x``): with seconds (``X``) Mermaid 11 and 12
+    draw a bar that starts past zero from zero (tests/test_gantt_rendered.py renders
+    the charts with the real Mermaid and measures each bar)."""
+    if not spans:
+        return None
+    origin = min(s.start for s in spans) if origin is None else origin
+    bars, left_out = gantt_bars(spans)
     longest = max(b.end for b in bars) - origin
     # Mermaid draws dates in the reader's time zone; a whole-hour offset leaves minutes and
     # seconds since the start unchanged, which is what the axis shows under an hour.
     axis = "%M:%S" if longest < 3600 else "%H:%M"
-    lines = ["gantt", "    dateFormat X", f"    axisFormat {axis}", "    todayMarker off"]
+    lines = ["gantt", "    dateFormat x", f"    axisFormat {axis}", "    todayMarker off"]
     section = None
     for number, bar in enumerate(bars, start=1):
         title = f"{bar.service} {bar.component}"
@@ -250,13 +269,25 @@ def gantt(spans: list[Span], origin: float | None = None) -> str | None:
             lines.append(f"    section {_mermaid_text(title)}")
             section = title
         tags = {"failed": "crit, ", "running": "active, "}.get(bar.outcome, "")
-        offset = max(0, round(bar.start - origin))
-        seconds = max(1, round(bar.end - bar.start))
-        lines.append(f"    {_mermaid_text(bar.label)} ({format_duration(seconds)}) "
-                     f":{tags}op{number}, {offset}, {offset + seconds}")
+        start, end = bar_times(bar, origin)
+        lines.append(f"    {_mermaid_text(bar.label)} ({format_duration(end - start)}) "
+                     f":{tags}op{number}, {start * 1000}, {end * 1000}")
     if left_out:
         lines.append(f"    section {left_out} shorter rollouts not drawn")
     return "\n".join(lines)
+
+
+def gantt_json(spans: list[Span], origin: float) -> list[dict[str, Any]]:
+    """The gantt's bars as the plan's JSON gives them: ``op<N>`` as in the chart, and
+    seconds since the rollout's start."""
+    if not spans:
+        return []
+    out = []
+    for number, bar in enumerate(gantt_bars(spans)[0], start=1):
+        start, end = bar_times(bar, origin)
+        out.append({"id": f"op{number}", "service": bar.service, "component": bar.component,
+                    "label": bar.label, "start": start, "end": end, "outcome": bar.outcome})
+    return out
 
 
 def rollouts(spans: list[Span]) -> list[Bar]:
@@ -331,6 +362,7 @@ def summarize(samples: list[Sample], stop: str, errors: list[str],
         "spans": [span.to_dict() for span in spans],
         "components": component_forecasts(spans, lows, start),
         "mermaid": gantt(spans, start),
+        "bars": gantt_json(spans, start),
         "errors": errors,
     }
 

@@ -73,22 +73,20 @@ def _replace_in(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-def test_one_runtime_image_change_names_only_that_service(tmp_path, capsys):
+# -- the cases: each builds a repository whose branch ``change`` is planned against main
+
+
+def one_runtime_image_change(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLES, repo / "manifests")
     runtime = repo / "manifests/runtimes/srt-qwen3-0-6b.yaml"
     image = "docker.io/lmsysorg/sglang:v0.5.5.post3-cu129-amd64"
     base_and_change(repo, lambda r: _replace_in(runtime, image,
                                                 "docker.io/lmsysorg/sglang:v0.5.6-cu129-amd64"))
-    out = plan(repo, capsys)
-    assert out.startswith("**Plan: 1 of 7 managed components to change (")
-    assert "every Instance kept serving" in out
-    assert out.count("<details><summary><b>") == 1 and "6 managed components are unchanged" in out
-    assert "+      image: docker.io/lmsysorg/sglang:v0.5.6-cu129-amd64" in out
-    check_snapshot("one-service-change", out)
+    return repo
 
 
-def test_a_hundred_services_fit_one_comment_with_no_false_failures(tmp_path, capsys):
+def a_hundred_services(tmp_path: Path) -> Path:
     sys.path.insert(0, str(HERE / "bench"))
     try:
         import genfleet
@@ -99,7 +97,52 @@ def test_a_hundred_services_fit_one_comment_with_no_false_failures(tmp_path, cap
     runtime = repo / "manifests/runtimes/srt-gang-0.yaml"
     base_and_change(repo, lambda r: runtime.write_text(
         runtime.read_text().replace("image: sglang:v1", "image: sglang:v2")))
-    out = plan(repo, capsys, "--max-chars", "65000")
+    return repo
+
+
+def an_in_place_only_hold(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    life = strategy("InPlaceOnly", maxUnavailable=1)
+    write_service(repo / "manifests", replicas=2, lifecycle=life)
+    base_and_change(repo, lambda r: write_service(repo / "manifests", replicas=2,
+                                                   lifecycle=life, env={"LOG_LEVEL": "debug"}))
+    return repo
+
+
+def every_example_image(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo / "manifests")
+
+    def every_image(r: Path) -> None:
+        for path in sorted((r / "manifests/runtimes").glob("*.yaml")):
+            data = yaml.safe_load(path.read_text())
+            text = yaml.safe_dump(data).replace("-cu129-amd64", "-cu130-amd64")
+            path.write_text(text)
+
+    base_and_change(repo, every_image)
+    return repo
+
+
+# name: (builder, plan's extra flags); tests/test_gantt_rendered.py draws each one's gantt.
+CASES = {
+    "one-service-change": (one_runtime_image_change, ()),
+    "hundred-services": (a_hundred_services, ("--max-chars", "65000")),
+    "in-place-only-hold": (an_in_place_only_hold, ()),
+    "every-example-image": (every_example_image, ()),
+}
+
+
+def test_one_runtime_image_change_names_only_that_service(tmp_path, capsys):
+    out = plan(one_runtime_image_change(tmp_path), capsys)
+    assert out.startswith("**Plan: 1 of 7 managed components to change (")
+    assert "every Instance kept serving" in out
+    assert out.count("<details><summary><b>") == 1 and "6 managed components are unchanged" in out
+    assert "+      image: docker.io/lmsysorg/sglang:v0.5.6-cu129-amd64" in out
+    check_snapshot("one-service-change", out)
+
+
+def test_a_hundred_services_fit_one_comment_with_no_false_failures(tmp_path, capsys):
+    out = plan(a_hundred_services(tmp_path), capsys, "--max-chars", "65000")
     assert len(out) <= 65000 < GITHUB_COMMENT_LIMIT
     head = out.split("\n\n### Changed components")[0]
     # Sized to the fleet: no failure that only the simulator would have.
@@ -111,28 +154,14 @@ def test_a_hundred_services_fit_one_comment_with_no_false_failures(tmp_path, cap
 
 def test_a_hold_is_shown_with_its_gate(tmp_path, capsys):
     """InPlaceOnly refuses a change beyond images: the plan says so before it merges."""
-    repo = tmp_path / "repo"
-    life = strategy("InPlaceOnly", maxUnavailable=1)
-    write_service(repo / "manifests", replicas=2, lifecycle=life)
-    base_and_change(repo, lambda r: write_service(repo / "manifests", replicas=2,
-                                                   lifecycle=life, env={"LOG_LEVEL": "debug"}))
-    out = plan(repo, capsys)
+    out = plan(an_in_place_only_hold(tmp_path), capsys)
     assert "InPlaceOnlyWillStall" in out
     assert "not reach the new revision" in out
     check_snapshot("in-place-only-hold", out)
 
 
 def test_a_cut_plan_ends_with_whole_components_and_names_the_rest(tmp_path, capsys):
-    repo = tmp_path / "repo"
-    shutil.copytree(EXAMPLES, repo / "manifests")
-
-    def every_image(r: Path) -> None:
-        for path in sorted((r / "manifests/runtimes").glob("*.yaml")):
-            data = yaml.safe_load(path.read_text())
-            text = yaml.safe_dump(data).replace("-cu129-amd64", "-cu130-amd64")
-            path.write_text(text)
-
-    base_and_change(repo, every_image)
+    repo = every_example_image(tmp_path)
     full = plan(repo, capsys)
     cut = plan(repo, capsys, "--max-chars", "9000")
     assert len(cut) <= 9000 < len(full)
