@@ -15,12 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from omegitops.cadence import Cadence
 from omegitops.cluster.base import Cluster
+from omegitops.cluster.sim.nodes import GPU
+from omegitops.cluster.sim.scheduler import pod_requests
 from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle.durations import format_duration
 from omegitops.lifecycle.replica import decode_rows
 from omegitops.manifests.load import ServiceComponent
-from omegitops.reconcile import IDLE, MANAGED, PassResult, run_until_idle
+from omegitops.reconcile import BUDGET_SPENT, IDLE, MANAGED, PassResult, run_until_idle
 
 DEFAULT_BUDGET_SECONDS = 7200.0
 
@@ -49,9 +52,17 @@ class Sample:
     instances: dict[InstanceKey, InstanceState] = field(default_factory=dict)
     # Instances on the component's newest revision, and the Ready condition's message.
     updated: dict[ComponentKey, tuple[int, str]] = field(default_factory=dict)
+    # GPUs the pods after it ask for (terminating ones too: they hold theirs until gone).
+    gpus: int = 0
 
 
-def sample_pass(result: PassResult, pods: int) -> Sample:
+def usage(pods: list[dict]) -> tuple[int, int]:
+    """(pods, GPUs they ask for): what a cluster must hold for them."""
+    gpus = sum(pod_requests(pod).get(GPU, 0) for pod in pods)
+    return len(pods), -(-gpus // 1000)
+
+
+def sample_pass(result: PassResult, pods: int, gpus: int = 0) -> Sample:
     """A Sample from one pass's plans (their InferenceReplica status); pure."""
     capacity: dict[ComponentKey, tuple[int, int]] = {}
     instances: dict[InstanceKey, InstanceState] = {}
@@ -75,7 +86,7 @@ def sample_pass(result: PassResult, pods: int) -> Sample:
                       operation.get("startedAt") or "")
                 label = span_label(row["index"], operation, row.get("surgeOf"))
             instances[(*key, row["index"])] = InstanceState(row.get("phase"), op, label)
-    return Sample(result.now.timestamp(), pods, capacity, instances, updated)
+    return Sample(result.now.timestamp(), pods, capacity, instances, updated, gpus)
 
 
 def span_label(index: int, operation: dict, surge_of: int | None = None) -> str:
@@ -337,13 +348,17 @@ def _mermaid_text(text: str) -> str:
 
 
 def summarize(samples: list[Sample], stop: str, errors: list[str],
-              initial_pods: int) -> dict[str, Any]:
-    """The forecast as JSON; pure."""
+              initial: tuple[int, int], runs: int = 1,
+              cadence: Cadence | None = None) -> dict[str, Any]:
+    """The forecast as JSON; pure. ``initial`` is (pods, GPUs) before the first pass."""
     spans = operation_spans(samples)
     lows = lowest_capacity(samples)
     start = samples[0].at if samples else 0.0
     end = samples[-1].at if samples else 0.0
-    peak = max([initial_pods, *(s.pods for s in samples)])
+    for low in lows:
+        low["after"] = format_duration(max(0.0, parse_time(low["at"]) - start))
+    peak = max([initial[0], *(s.pods for s in samples)])
+    peak_gpus = max([initial[1], *(s.gpus for s in samples)])
     overall = min(lows, key=lambda c: (c["fraction"], c["service"], c["component"]),
                   default=None)
     return {
@@ -352,9 +367,17 @@ def summarize(samples: list[Sample], stop: str, errors: list[str],
         "seconds": round(end - start),
         "duration": format_duration(end - start),
         "passes": len(samples),
+        "runs": runs,
+        "cadence": None if cadence is None else {
+            "schedule": cadence.schedule, "periodSeconds": cadence.period,
+            "jobSeconds": cadence.job_seconds, "text": cadence.describe()},
         "idle": stop == IDLE,
         "stopReason": stop,
         "peakPods": peak,
+        "peakGpus": peak_gpus,
+        # What the rollout needs beyond what runs before it: the surge's headroom.
+        "extraPods": max(0, peak - initial[0]),
+        "extraGpus": max(0, peak_gpus - initial[1]),
         "lowestCapacity": lows,
         "lowest": overall,
         "failedOperations": sum(1 for span in spans if span.outcome == "failed"),
@@ -368,15 +391,61 @@ def summarize(samples: list[Sample], stop: str, errors: list[str],
 
 
 def forecast(cluster: Cluster, items: list[ServiceComponent],
-             max_seconds: float = DEFAULT_BUDGET_SECONDS) -> dict[str, Any]:
-    """Run the rollout on ``cluster`` (a throw-away copy: this writes to it) and summarize."""
+             max_seconds: float = DEFAULT_BUDGET_SECONDS,
+             cadence: Cadence | None = None) -> dict[str, Any]:
+    """Run the rollout on ``cluster`` (a throw-away copy: this writes to it) and summarize.
+
+    With a ``cadence``, as the scheduled job runs it: ``--until-idle`` for at most
+    ``cadence.job_seconds``, then nothing until the next schedule tick, while the
+    cluster goes on (pods start, windows pass), then the next run; ``max_seconds`` of
+    simulated time in all."""
     samples: list[Sample] = []
     errors: list[str] = []
-    initial = len(cluster.list_pods(MANAGED))
+    initial = usage(cluster.list_pods(MANAGED))
 
     def record(result: PassResult) -> None:
         errors.extend(result.errors)
-        samples.append(sample_pass(result, len(cluster.list_pods(MANAGED))))
+        samples.append(sample_pass(result, *usage(cluster.list_pods(MANAGED))))
 
-    stop = run_until_idle(cluster, items, max_seconds, record)
-    return summarize(samples, stop, errors, initial)
+    first = run_start = cluster.now().timestamp()
+    deadline = first + max_seconds
+    runs = 0
+    while True:
+        runs += 1
+        budget = deadline - run_start
+        if cadence is not None:
+            budget = min(budget, cadence.job_seconds)
+        stop = run_until_idle(cluster, items, budget, record)
+        if cadence is None or stop != BUDGET_SPENT:
+            break
+        # The run waited out its budget and exited; the next starts at the next tick.
+        run_start = cadence.next_start(first, run_start + cadence.job_seconds)
+        if run_start >= deadline:
+            break
+        cluster.advance(max(0.0, run_start - cluster.now().timestamp()))
+    return summarize(samples, stop, errors, initial, runs, cadence)
+
+
+def assumptions(outlook: dict[str, Any], pull_seconds: float) -> list[str]:
+    """What the forecast takes for granted, said in the plan beside it; pure."""
+    said = [
+        (f"Durations are the simulated cluster's: an image pull takes {pull_seconds:.0f} s, a "
+        "container is ready as soon as its readiness probe's initialDelaySeconds and "
+        "periodSeconds allow, and a pod goes when its grace period ends. A real model "
+        "server also loads its weights, often for minutes: add that to every batch."),
+        ("Times are counted from the rollout's first write; the simulator's own clock is "
+        "not the time it will happen."),
+    ]
+    cadence = outlook.get("cadence")
+    if cadence:
+        runs = outlook.get("runs") or 1
+        said.append(f"The job runs as the shipped pipelines do, or as given: "
+                    f"{cadence['text']}; this rollout takes {runs} run"
+                    f"{'' if runs == 1 else 's'}, and the time between runs is counted.")
+    said.append(
+        "The cluster is a simulated one sized to hold the fleet at its peak, so room is "
+        f"never short here: at its peak the rollout needs {outlook.get('extraPods', 0)} more "
+        f"pod{'' if outlook.get('extraPods') == 1 else 's'} and "
+        f"{outlook.get('extraGpus', 0)} more GPU{'' if outlook.get('extraGpus') == 1 else 's'} "
+        "than run before it; check that your nodes have them.")
+    return said

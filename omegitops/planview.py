@@ -453,6 +453,7 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
         "lifecycleChanges": [],
         "templateDiff": None,
         "toMove": 0,
+        "pacing": None,
     }
     desired, observed, plan = planned.desired, planned.observed, planned.plan
     if desired is None or observed is None or plan is None:
@@ -483,10 +484,34 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
                                                           desired.templates)],
         changes=not plan.is_noop,
     )
+    view["pacing"] = pacing(lifecycle, view["hold"], rows)
     # What the reviewer asks first: does this component change at all?
     view["changed"] = bool(revision["old"] != revision["new"] or view["lifecycleChanges"]
                            or view["changes"])
     return view
+
+
+def pacing(lifecycle: ComponentLifecycle, hold: dict | None,
+           rows: list[dict]) -> dict[str, Any] | None:
+    """A Budget hold while updates of the rollout are in flight is the budgets pacing it,
+    not a hold: the others wait their turn. None for any other hold (a budget that lets
+    nothing move, a held revision, InPlaceOnly refusing)."""
+    if not hold or hold.get("gate") != "Budget":
+        return None
+    moving = sum(1 for row in rows if (row.get("operation") or {}).get("type") == "Update")
+    if not moving:
+        return None
+    budgets = ", ".join(f"{name.rsplit('.', 1)[-1]} {_described(lifecycle, name)}"
+                        for name in (MAX_SURGE, MAX_UNAVAILABLE)
+                        if name in lifecycle.fields and (
+                            name != MAX_SURGE or lifecycle.strategy == SURGE_THEN_DRAIN))
+    waiting = sum(1 for row in rows if not row.get("operation")
+                  and row.get("revision") != hold.get("target"))
+    return {"moving": moving, "waiting": waiting,
+            "short": f"{moving} at a time",
+            "text": f"{moving} Instance{'' if moving == 1 else 's'} moving at a time within "
+                    f"the budgets ({budgets}); {waiting} wait{'s its' if waiting == 1 else ' their'} "
+                    "turn"}
 
 
 # -- the whole plan ----------------------------------------------------------------

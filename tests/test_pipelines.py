@@ -627,3 +627,17 @@ def test_the_sharded_template_fans_out_and_merges_once():
     given = templates["merge-reports"]["inputs"]["artifacts"][0]
     assert output["path"] == "/work/report"
     assert output["s3"]["key"].startswith(given["s3"]["key"] + "/")
+
+
+def test_the_plans_forecast_runs_at_the_shipped_cadence():
+    """``plan`` forecasts a rollout run by run, as the shipped job runs it: the same
+    schedule and --max-seconds as the CronJob, the CronWorkflow and its template."""
+    from omegitops.cadence import SHIPPED_JOB_SECONDS, SHIPPED_SCHEDULE
+
+    assert the("CronJob")["spec"]["schedule"] == SHIPPED_SCHEDULE
+    assert the("CronWorkflow")["spec"]["schedules"] == [SHIPPED_SCHEDULE]
+    assert EXPECTED_ARGV[EXPECTED_ARGV.index("--max-seconds") + 1] == f"{SHIPPED_JOB_SECONDS:.0f}"
+    for kind, (_, container, parameters) in pod_settings().items():
+        argv = effective_argv(container, parameters)
+        assert "--until-idle" in argv, kind
+        assert float(argv[argv.index("--max-seconds") + 1]) == SHIPPED_JOB_SECONDS, kind

@@ -40,6 +40,7 @@ from omegitops.planview import (
     template_diff,
 )
 from tests.conftest import EXAMPLES, RUNTIME, SERVICE, write_repo
+from tests.fleet import strategy, write_service
 
 CHART = parse_operator_values({"ome": {"controller": {
     "updateStrategy": {"engine": {"type": "SurgeThenDrain", "maxSurge": "25%",
@@ -624,3 +625,78 @@ def test_a_live_cluster_is_only_observed_and_gets_no_forecast(cli, settled, monk
     code, out, _ = cli("plan", "--repo", str(repo), "--cluster", "kube")
     assert "No forecast for a live cluster" in out and "```mermaid" not in out
     assert path.read_bytes() == before
+
+
+# -- the forecast's cadence and assumptions ------------------------------------------------
+
+
+@pytest.mark.parametrize("schedule, period", [("*/5 * * * *", 300), ("* * * * *", 60),
+                                              ("0,30 * * * *", 1800), ("0,10 * * * *", 3000)])
+def test_a_cadence_is_the_schedules_longest_gap(schedule, period):
+    from omegitops.cadence import cadence
+
+    assert cadence(schedule, 900).period == period
+
+
+@pytest.mark.parametrize("schedule", ["0 3 * * *", "*/5 * * * 1", "@hourly", "*/90 * * * *"])
+def test_a_schedule_without_one_interval_is_a_usage_error(schedule):
+    from omegitops.cadence import cadence
+    from omegitops.errors import UsageError
+
+    with pytest.raises(UsageError, match="--schedule"):
+        cadence(schedule, 900)
+
+
+def test_the_next_run_starts_at_the_first_tick_after_the_last_ended():
+    from omegitops.cadence import cadence
+
+    every_five = cadence("*/5 * * * *", 900)
+    # A run from 0 s that used its 900 s: the ticks at 300, 600 and 900 were skipped
+    # (concurrencyPolicy Forbid); the next starts at 1200.
+    assert every_five.next_start(0, 900) == 1200
+    assert every_five.next_start(0, 899) == 900
+
+
+def test_a_rollout_longer_than_a_run_is_forecast_run_by_run(tmp_path, cli):
+    """Four Instances, one at a time, each waiting out a 250 s window: the last becomes
+    available after the first run's 900 s, while no job runs, and is handed over by the
+    next run, at the next five-minute tick. The forecast runs the job as the shipped
+    pipelines do, counts that wait, and says how many runs the rollout takes."""
+    life = {"minReadySeconds": 250, **strategy(maxSurge=1, maxUnavailable=0)}
+    repo = write_service(tmp_path / "repo", replicas=4, lifecycle=life)
+    state = tmp_path / "c.json"
+    assert cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{state}",
+               "--until-idle")[0] == 0
+    write_service(repo, replicas=4, image="sglang:v2", lifecycle=life)
+
+    def planned(*more: str) -> dict:
+        _, out, _ = cli("plan", "--repo", str(repo), "--cluster", f"sim:{state}", "-o", "json",
+                        *more)
+        return json.loads(out)["forecast"]
+
+    paced, unbounded = planned(), planned("--job-seconds", "7200")
+    assert paced["idle"] and unbounded["idle"]
+    assert (paced["runs"], unbounded["runs"]) == (2, 1)
+    assert paced["seconds"] > unbounded["seconds"] > 4 * 250
+    assert (paced["extraPods"], paced["extraGpus"]) == (1, 1)
+    assert any("this rollout takes 2 runs" in said for said in paced["assumptions"])
+    _, text, _ = cli("plan", "--repo", str(repo), "--cluster", f"sim:{state}")
+    assert "passes over 2 job runs" in text
+
+
+def test_batching_within_the_budgets_reads_as_pacing_not_a_hold():
+    """The rollout hold says Budget both while the budgets pace a rollout (others are
+    moving) and while they let nothing move at all: only the second is a hold."""
+    from omegitops.planview import pacing
+
+    lifecycle = resolved(service(replicas=3))
+    hold = {"gate": "Budget", "reason": "per-Component surge budget 1 exhausted",
+            "target": "svc-engine-new"}
+    moving = {"index": 0, "revision": "svc-engine-old",
+              "operation": {"type": "Update", "step": "SurgeCreate"}}
+    waiting = {"index": 1, "revision": "svc-engine-old", "operation": None}
+    paced = pacing(lifecycle, hold, [moving, waiting])
+    assert paced["short"] == "1 at a time"
+    assert "1 waits its turn" in paced["text"]
+    assert pacing(lifecycle, hold, [waiting, {**waiting, "index": 2}]) is None
+    assert pacing(lifecycle, {**hold, "gate": "RevisionHeld"}, [moving, waiting]) is None

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from omegitops.cadence import SHIPPED_JOB_SECONDS, SHIPPED_SCHEDULE, Cadence, cadence
 from omegitops.cluster import open_cluster, sim_path
 from omegitops.cluster.base import Cluster
 from omegitops.cluster.sim import SimCluster
@@ -38,7 +39,7 @@ from omegitops.commands.common import (
 from omegitops.commands.reconcile import DEFAULT_REPORT_DIR
 from omegitops.errors import UsageError
 from omegitops.fleetsize import sized_pools
-from omegitops.forecast import DEFAULT_BUDGET_SECONDS, forecast
+from omegitops.forecast import DEFAULT_BUDGET_SECONDS, assumptions, forecast
 from omegitops.gitops.base import base_manifests
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
 from omegitops.planview import PlannedComponent, Removal, plan_document, render_markdown
@@ -97,6 +98,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--forecast-seconds", type=seconds, default=DEFAULT_BUDGET_SECONDS,
                         metavar="S", help="simulated time budget of the forecast "
                                           f"(default: {DEFAULT_BUDGET_SECONDS:.0f})")
+    parser.add_argument("--schedule", default=SHIPPED_SCHEDULE, metavar="CRON",
+                        help="the forecast's job cadence: how often the scheduled job runs "
+                             f"(default: the shipped pipelines', '{SHIPPED_SCHEDULE}')")
+    parser.add_argument("--job-seconds", type=seconds, default=SHIPPED_JOB_SECONDS,
+                        metavar="S", help="the forecast's job cadence: each run's "
+                                          "--max-seconds (default: the shipped pipelines', "
+                                          f"{SHIPPED_JOB_SECONDS:.0f})")
     parser.add_argument("--no-forecast", action="store_true", help="skip the forecast")
     parser.set_defaults(func=run)
 
@@ -108,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if args.base is not None and args.cluster not in (None, "", NO_CLUSTER):
         raise UsageError("--base and --cluster are two answers to one question (what the "
                          "plan starts from): give one")
+    args.cadence = cadence(args.schedule, args.job_seconds)
     loaded = load(args.repo, args.operator_values)
     print_errors(loaded.result.errors)
     for warning in loaded.result.warnings:
@@ -117,10 +126,10 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="omegitops-plan-") as scratch:
         if args.base is not None:
             cluster, (planned, removed), outlook, skipped = _plan_from_base(
-                args, items, Path(scratch), budget)
+                args, items, Path(scratch), budget, args.cadence)
         else:
             cluster, (planned, removed), outlook, skipped = _plan(
-                args.cluster, items, Path(scratch), budget)
+                args.cluster, items, Path(scratch), budget, args.cadence)
     document = plan_document(loaded, planned, cluster, outlook, skipped, removed)
     print_errors(document["planningErrors"])
     if args.output == "json":
@@ -141,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
-          budget: float | None) -> tuple[dict, Planned, dict | None, str | None]:
+          budget: float | None, cadence_of: Cadence
+          ) -> tuple[dict, Planned, dict | None, str | None]:
     """(cluster description, (planned components, removals), forecast, why none)."""
     if spec and spec.startswith("kube"):
         with open_cluster(spec, exclusive=False) as live:
@@ -169,11 +179,12 @@ def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
         planned = plan_components(sim, items)
         if budget is None:
             return about, planned, None, "skipped (--no-forecast)"
-        return about, planned, forecast(sim, items, budget), None
+        return about, planned, _forecast(sim, items, budget, cadence_of), None
 
 
 def _plan_from_base(args: argparse.Namespace, items: list[ServiceComponent], scratch: Path,
-                    budget: float | None) -> tuple[dict, Planned, dict | None, str | None]:
+                    budget: float | None, cadence_of: Cadence
+                    ) -> tuple[dict, Planned, dict | None, str | None]:
     """Rebuild the base's state on a sized simulated cluster, then plan the head on it."""
     base = base_manifests(Path(args.repo), args.base, args.report_dir, scratch,
                           args.report_branch)
@@ -200,7 +211,15 @@ def _plan_from_base(args: argparse.Namespace, items: list[ServiceComponent], scr
         planned = plan_components(sim, items)
         if budget is None:
             return about, planned, None, "skipped (--no-forecast)"
-        return about, planned, forecast(sim, items, budget), None
+        return about, planned, _forecast(sim, items, budget, cadence_of), None
+
+
+def _forecast(sim: SimCluster, items: list[ServiceComponent], budget: float,
+              cadence_of: Cadence) -> dict:
+    """The rollout run on ``sim`` at the job's cadence, with what it assumes."""
+    outlook = forecast(sim, items, budget, cadence_of)
+    outlook["assumptions"] = assumptions(outlook, sim.pull_seconds)
+    return outlook
 
 
 # What a plan is made of: each component of the repository, planned; and the ones the

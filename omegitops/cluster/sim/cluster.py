@@ -167,6 +167,11 @@ class SimCluster(Cluster):
 
     # -- time ---------------------------------------------------------------------
 
+    @property
+    def pull_seconds(self) -> float:
+        """How long a pull of an image not yet on a node takes here."""
+        return float(self._require()["settings"]["pullSeconds"])
+
     def now(self) -> datetime:
         self._require()
         return to_datetime(self._clock)
