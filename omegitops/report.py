@@ -43,7 +43,7 @@ from omegitops.cluster.times import format_time, parse_time
 from omegitops.errors import OmegitopsError
 from omegitops.files import replace_atomically
 from omegitops.gcpause import without_gc_pauses
-from omegitops.lifecycle.replica import replica_name
+from omegitops.lifecycle.replica import decode_rows, encode_rows, replica_name
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
 from omegitops.manifests.schemas import validator
 from omegitops.reconcile import MANAGED
@@ -182,7 +182,34 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
         "failedInstances": [row["index"] for row in rows if row["phase"] == "Failed"],
         "rolloutHold": _hold(view["rolloutHold"]),
         "conditions": unhealthy_conditions(view["conditions"]),
+        # What plan --base starts from: the Instances as stored, which no replay of the
+        # manifests can show (a partition, a held or failed revision, a pinned runtime).
+        "state": instance_state(replica),
     }
+
+
+# What a report keeps of a pod in an Instance row: enough to build it again, nothing that
+# says where it ran (a node, a restart count), so that the report of one fleet is the
+# same however its pods were placed.
+STATE_POD_FIELDS = ("name", "runner", "ordinal", "ready", "serving")
+
+
+def instance_state(replica: dict) -> dict[str, Any]:
+    """The InferenceReplica's rows and revision retries, as ``plan --base`` seeds a
+    simulated cluster with them; rows re-encoded in the smaller encoding, whichever one
+    the status had, with their pods cut to ``STATE_POD_FIELDS``."""
+    status = replica.get("status") or {}
+    rows = []
+    for row in sorted(decode_rows(status.get("instances")), key=lambda r: r["index"]):
+        # An absent field and a null one are the same row (ColumnarV2 keeps no nulls).
+        kept = {k: row[k] for k in sorted(row)
+                if row[k] is not None or k in ("operation", "lastFailure")}
+        kept["pods"] = [{k: p[k] for k in STATE_POD_FIELDS if k in p}
+                        for p in row.get("pods") or [] if isinstance(p, dict)]
+        rows.append(kept)
+    retries = status.get("revisionRetries")
+    return {"instances": encode_rows(rows),
+            "revisionRetries": retries if isinstance(retries, dict) else {}}
 
 
 def _missing(name: str, desired: int, min_ready: int) -> dict:

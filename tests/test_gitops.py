@@ -387,14 +387,16 @@ def test_in_place_commit_touches_nothing_outside_the_report_folder(cli, tmp_path
     (tree / "scratch.txt").write_text("untracked\n")
     dirty = repo.git.status("--porcelain")
 
-    code, _, err = run_reconcile(cli, tmp_path, str(tree), "--path", "manifests", "--commit")
+    code, _, err = run_reconcile(cli, tmp_path, str(tree), "--path", "manifests", "--commit",
+                                 "--until-idle")
     assert code == 0, err
     assert changed_paths(repo.head.commit) == {"status/status.json", "status/STATUS.md"}
     assert repo.git.status("--porcelain") == dirty
     assert (tree / "README.md").read_text() == "edited, not staged\n"
     # A run that changed nothing commits nothing and leaves the report as committed.
     head = repo.head.commit
-    assert run_reconcile(cli, tmp_path, str(tree), "--path", "manifests", "--commit")[0] == 0
+    assert run_reconcile(cli, tmp_path, str(tree), "--path", "manifests", "--commit",
+                         "--until-idle")[0] == 0
     assert repo.head.commit == head and repo.git.status("--porcelain") == dirty
 
 
