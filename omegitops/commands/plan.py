@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from omegitops.basestate import seed
 from omegitops.cadence import SHIPPED_JOB_SECONDS, SHIPPED_SCHEDULE, Cadence, cadence
 from omegitops.cluster import open_cluster, sim_path
 from omegitops.cluster.base import Cluster
@@ -40,7 +41,7 @@ from omegitops.commands.reconcile import DEFAULT_REPORT_DIR
 from omegitops.errors import UsageError
 from omegitops.fleetsize import sized_pools
 from omegitops.forecast import DEFAULT_BUDGET_SECONDS, assumptions, forecast
-from omegitops.gitops.base import base_manifests
+from omegitops.gitops.base import Base, RevisionHistory, base_manifests, starting_notes
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
 from omegitops.planview import PlannedComponent, Removal, plan_document, render_markdown
 from omegitops.reconcile import (
@@ -201,17 +202,35 @@ def _plan_from_base(args: argparse.Namespace, items: list[ServiceComponent], scr
         started = sim.now()
         stop = run_until_idle(sim, base_items, BASE_SECONDS) if base_items else IDLE
         settled = (sim.now() - started).total_seconds()
-        about = {"spec": None, "kind": "base", "description": base.description,
-                 "base": {**base.to_dict(), "settled": stop == IDLE,
-                          "settleSeconds": round(settled, 1)},
-                 "time": format_time(sim.now().timestamp())}
+        notes = starting_notes(base, args.report_dir)
         if stop != IDLE:
             print(f"warning: the base did not settle in {BASE_SECONDS:.0f} s of simulated "
                   f"time ({stop}); the plan starts from where it stood", file=sys.stderr)
+        elif base.report is not None and base.from_report:
+            notes += _seed_from_report(args, base, base_items, sim, scratch)
+        about = {"spec": None, "kind": "base", "description": base.description,
+                 "base": {**base.to_dict(), "settled": stop == IDLE,
+                          "settleSeconds": round(settled, 1), "notes": notes},
+                 "time": format_time(sim.now().timestamp())}
         planned = plan_components(sim, items)
         if budget is None:
             return about, planned, None, "skipped (--no-forecast)"
         return about, planned, _forecast(sim, items, budget, cadence_of), None
+
+
+def _seed_from_report(args: argparse.Namespace, base: Base,
+                      base_items: list[ServiceComponent], sim: SimCluster,
+                      scratch: Path) -> list[str]:
+    """The report's Instances put back on the replayed base (``omegitops/basestate.py``);
+    the notes that say what was put back and what could not be."""
+    history = RevisionHistory(Path(args.repo), base.state_commit, scratch, args.operator_values)
+    try:
+        seeded = seed(sim, base_items, base.report, history.find)
+    finally:
+        history.close()
+    if not seeded.components:
+        return []
+    return [f"Started from the job's report: {seeded.summary()}.", *seeded.notes]
 
 
 def _forecast(sim: SimCluster, items: list[ServiceComponent], budget: float,

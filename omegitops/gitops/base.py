@@ -24,6 +24,9 @@ from omegitops.gitops.commit import read_json
 from omegitops.gitops.credentials import git_environment
 from omegitops.gitops.gitcmd import Git, GitError
 from omegitops.gitops.repo import work_tree
+from omegitops.lifecycle.desired import build_desired
+from omegitops.lifecycle.planner import DesiredComponent
+from omegitops.manifests.load import ServiceComponent, load, resolved_components
 
 REPORT_FILE = "status.json"
 
@@ -40,6 +43,9 @@ class Base:
     present: bool  # whether the manifests folder existed at state_commit
     # Where the report was read: the base ref, or the report branch.
     report_at: str = ""
+    # The report itself (None: there was none), and the commit it named.
+    report: dict | None = None
+    named: str | None = None
 
     @property
     def description(self) -> str:
@@ -82,9 +88,107 @@ def base_manifests(repo: Path, ref: str, report_dir: str, scratch: Path,
         target.mkdir(parents=True, exist_ok=True)
         present = _export(git, state or commit, relative, target)
         return Base(ref, commit, state or commit, state is not None, target / relative, present,
-                    report_at)
+                    report_at, report if isinstance(report, dict) else None,
+                    named if isinstance(named, str) else None)
     finally:
         git.close()
+
+
+def starting_notes(base: Base, report_dir: str) -> list[str]:
+    """What a reviewer should know of where the plan starts: no report, one with no
+    Instance state, one older than the base, one naming a commit this clone lacks."""
+    where = f"{base.report_at or base.ref}:{report_dir}/{REPORT_FILE}"
+    if base.report is None:
+        return [(f"No status report at {where}: the plan starts from {base.ref}'s manifests "
+                "reconciled on an empty cluster, every Instance on its newest revision. "
+                "What the cluster really runs (a partition, a held or Failed revision, a "
+                "pinned runtime) is not known to it.")]
+    notes = []
+    if base.named and not base.from_report:
+        notes.append(f"The status report at {where} names commit {base.named[:12]}, which "
+                     "is not in this clone (actions/checkout with fetch-depth: 0 brings it): "
+                     f"the plan starts from {base.ref}'s manifests instead.")
+    elif base.from_report and base.state_commit != base.commit:
+        notes.append(f"The job last reported commit {base.state_commit[:12]}; {base.ref} is at "
+                     f"{base.commit[:12]} since: the changes between them are not reconciled "
+                     "yet, and roll out with this one.")
+    if not any(isinstance(c.get("state"), dict)
+               for s in base.report.get("services") or [] for c in s.get("components") or []):
+        notes.append("The status report holds no Instance state (an omegitops before this "
+                     "release wrote it): every Instance is taken to run its component's "
+                     "newest revision.")
+    return notes
+
+
+# Commits walked back from the report's for the one that made an Instance's revision.
+HISTORY_COMMITS = 30
+
+
+class RevisionHistory:
+    """A component rendered as earlier commits had it, to find the commit that made a
+    revision an Instance still runs (a partition holds it there, a pin keeps it): the
+    report names revisions, and only their commit's manifests tell their templates."""
+
+    def __init__(self, repo: Path, commit: str, scratch: Path, operator_values: str | None,
+                 limit: int = HISTORY_COMMITS) -> None:
+        self.tree = work_tree(repo)
+        self.git = Git(self.tree, git_environment("", None)) if self.tree else None
+        self.relative = PurePosixPath(repo.resolve().relative_to(self.tree.resolve()).as_posix()
+                                      ) if self.tree else PurePosixPath(".")
+        self.commit, self.scratch, self.limit = commit, scratch / "history", limit
+        self.operator_values = operator_values
+        self._commits: list[str] | None = None
+        self._loaded: dict[str, dict] = {}
+
+    def close(self) -> None:
+        if self.git is not None:
+            self.git.close()
+
+    def find(self, item: ServiceComponent, revision: str) -> DesiredComponent | None:
+        """The component as the commit that made ``revision`` rendered it; None when none
+        of the last ``limit`` commits of the manifests did."""
+        key = _key(item)
+        for commit in self.commits():
+            match = self._components(commit).get(key)
+            if match is None:
+                continue
+            try:
+                desired = build_desired(match.service.data,
+                                        match.runtime.data if match.runtime else None,
+                                        match.lifecycle, [], None, match.operator)
+            except Exception:  # noqa: BLE001, S112 - that commit could not render it
+                continue
+            if desired.revision == revision:
+                return desired
+        return None
+
+    def commits(self) -> list[str]:
+        if self._commits is None:
+            self._commits = []
+            if self.git is not None:
+                where = self.relative.as_posix()
+                status, out, _ = self.git.attempt(
+                    "log", "--first-parent", "--format=%H", f"-n{self.limit}", self.commit,
+                    "--", where)
+                self._commits = out.split() if status == 0 else []
+        return self._commits
+
+    def _components(self, commit: str) -> dict:
+        if commit not in self._loaded:
+            target = self.scratch / commit
+            target.mkdir(parents=True, exist_ok=True)
+            found: dict = {}
+            if _export(self.git, commit, self.relative, target):
+                loaded = load(target / self.relative, self.operator_values)
+                found = {_key(i): i for i in resolved_components(loaded)
+                         if i.lifecycle.managed}
+            self._loaded[commit] = found
+        return self._loaded[commit]
+
+
+def _key(item: ServiceComponent) -> tuple[str, str, str]:
+    meta = item.service.data["metadata"]
+    return meta.get("namespace") or "default", meta["name"], item.lifecycle.component
 
 
 def _report_branch(git: Git, branch: str) -> tuple[str, str | None]:
