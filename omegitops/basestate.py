@@ -45,6 +45,7 @@ from omegitops.lifecycle.templates import (
 )
 from omegitops.lifecycle.work import OPERATION_ANNOTATION
 from omegitops.manifests.load import ServiceComponent
+from omegitops.reconcile import apply_plan, plan_all
 
 # Long enough for the simulated kubelets to pull, start and probe the seeded pods.
 SETTLE_SECONDS = 900.0
@@ -124,7 +125,19 @@ def seed(sim: SimCluster, items: list[ServiceComponent], report: dict, find: Fin
     sim.advance(SETTLE_SECONDS)
     for plan in plans:
         plan.finish(sim)
+    _settle_bookkeeping(sim, items)
     return seeded
+
+
+def _settle_bookkeeping(sim: SimCluster, items: list[ServiceComponent]) -> None:
+    """The base planned once on the seeded state, and only what rewrites an
+    InferenceReplica alone applied: its conditions and counts as the job's last pass
+    left them, which the report does not keep whole. A plan that would move anything is
+    left for the head's plan to show."""
+    result = plan_all(sim, items)
+    for _, plan in result.plans:
+        if plan.replica_changed and not plan.actions and not plan.events:
+            apply_plan(sim, plan, result.now)
 
 
 @dataclass

@@ -82,9 +82,9 @@ def fleet(manifests: Path, *, second: bool = False, change: bool = False) -> Non
 
 def job(cli, repo: Path, cluster: Path) -> None:
     """The scheduled job: reconcile until idle, report into the repository, commit."""
-    code, _, err = cli("reconcile", "--repo", str(repo / "manifests"), "--cluster",
-                       f"sim:{cluster}", "--until-idle", "--max-seconds", "3600",
-                       "--report-dir", str(repo / "status"))
+    _, _, err = cli("reconcile", "--repo", str(repo / "manifests"), "--cluster",
+                    f"sim:{cluster}", "--until-idle", "--max-seconds", "3600",
+                    "--report-dir", str(repo / "status"))
     assert "Traceback" not in err, err
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "the job's report")
@@ -146,3 +146,33 @@ def test_the_plan_moves_what_the_job_then_moves(tmp_path, cli, capsys):
     assert {("staged", 0, "Update"), ("pinned", 0, "Update")} <= moved
     assert any(name == "failed" for name, _, _ in moved)
     assert not any(name == "held" for name, _, _ in moved)
+
+
+def test_a_revision_no_commit_in_reach_made_is_named_not_guessed(tmp_path, cli, capsys):
+    """An Instance on a revision that no commit within reach of the report's renders (the
+    history was rewritten, or the revision is older than the walk goes): the plan says
+    so and starts that Instance from the newest templates under its name."""
+    from omegitops.lifecycle.replica import decode_rows, encode_rows
+
+    repo, cluster = tmp_path / "repo", tmp_path / "cluster.json"
+    write(repo / "manifests", "staged", "sglang:v1", STAGED)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one")
+    job(cli, repo, cluster)
+    path = repo / "status/status.json"
+    report = json.loads(path.read_text())
+    component = report["services"][0]["components"][0]
+    rows = decode_rows(component["state"]["instances"])
+    rows[0]["revision"] = "staged-engine-0000dead"
+    component["state"]["instances"] = encode_rows(rows)
+    path.write_text(json.dumps(report))
+    git(repo, "commit", "-q", "-a", "-m", "a report from another history")
+    git(repo, "checkout", "-q", "-b", "change")
+    write(repo / "manifests", "staged", "sglang:v2", STAGED)
+    git(repo, "commit", "-q", "-a", "-m", "v2")
+    capsys.readouterr()
+    code, out, err = cli("plan", "--repo", str(repo / "manifests"), "--base", "main")
+    assert code == 0, err
+    assert ("demo/staged engine: revision staged-engine-0000dead was not made by any commit "
+            "within reach of the report's") in out

@@ -212,5 +212,9 @@ def test_the_base_state_is_the_commit_the_committed_report_names(tmp_path, capsy
     git(repo, "commit", "-q", "-a", "-m", "PR")
     out = plan(repo, capsys)
     assert "the state the job last reported (commit <base>, named by the status report" in out
+    # Said where the plan starts: the report is older than main, and holds no Instances.
+    assert "main is at commit <base> since: the changes between them are not reconciled" in \
+        re.sub(r"at [0-9a-f]{12} since", "at commit <base> since", out)
+    assert "The status report holds no Instance state" in out
     assert out.startswith("**Plan: 2 of 7 managed components to change (")
     assert "| minReadySeconds | 900 | 600 |" in out

@@ -46,6 +46,8 @@ class Base:
     # The report itself (None: there was none), and the commit it named.
     report: dict | None = None
     named: str | None = None
+    # The manifests at the reported commit are the base ref's (only report commits since).
+    same_manifests: bool = False
 
     @property
     def description(self) -> str:
@@ -87,9 +89,11 @@ def base_manifests(repo: Path, ref: str, report_dir: str, scratch: Path,
         target = scratch / "base"
         target.mkdir(parents=True, exist_ok=True)
         present = _export(git, state or commit, relative, target)
+        same = state is None or git.attempt("diff", "--quiet", state, commit, "--",
+                                            relative.as_posix())[0] == 0
         return Base(ref, commit, state or commit, state is not None, target / relative, present,
                     report_at, report if isinstance(report, dict) else None,
-                    named if isinstance(named, str) else None)
+                    named if isinstance(named, str) else None, same)
     finally:
         git.close()
 
@@ -108,7 +112,7 @@ def starting_notes(base: Base, report_dir: str) -> list[str]:
         notes.append(f"The status report at {where} names commit {base.named[:12]}, which "
                      "is not in this clone (actions/checkout with fetch-depth: 0 brings it): "
                      f"the plan starts from {base.ref}'s manifests instead.")
-    elif base.from_report and base.state_commit != base.commit:
+    elif base.from_report and base.state_commit != base.commit and not base.same_manifests:
         notes.append(f"The job last reported commit {base.state_commit[:12]}; {base.ref} is at "
                      f"{base.commit[:12]} since: the changes between them are not reconciled "
                      "yet, and roll out with this one.")
