@@ -272,7 +272,12 @@ def gantt(spans: list[Span], origin: float | None = None) -> str | None:
     # Mermaid draws dates in the reader's time zone; a whole-hour offset leaves minutes and
     # seconds since the start unchanged, which is what the axis shows under an hour.
     axis = "%M:%S" if longest < 3600 else "%H:%M"
-    lines = ["gantt", "    dateFormat x", f"    axisFormat {axis}", "    todayMarker off"]
+    # Room on the left for the longest section title (Mermaid's default fits 10
+    # characters; a longer title runs into the bars).
+    titles = [_mermaid_text(f"{b.service} {b.component}") for b in bars]
+    padding = max(75, 8 * max(len(t) for t in titles))
+    lines = [f"%%{{init: {{'gantt': {{'leftPadding': {padding}}}}}}}%%", "gantt",
+             "    dateFormat x", f"    axisFormat {axis}", "    todayMarker off"]
     section = None
     for number, bar in enumerate(bars, start=1):
         title = f"{bar.service} {bar.component}"

@@ -293,7 +293,7 @@ def test_spans_run_from_the_operation_start_to_the_pass_that_saw_it_end():
     chart = gantt([span])
     # Time since the rollout's start, so the chart reads as durations, not dates.
     assert chart.splitlines() == [
-        "gantt", "    dateFormat x", "    axisFormat %M:%S",
+        "%%{init: {'gantt': {'leftPadding': 104}}}%%", "gantt", "    dateFormat x", "    axisFormat %M:%S",
         "    todayMarker off", "    section ns/svc engine",
         "    Instance 0 Update (Surge) (5m) :op1, 0, 300000"]
 
@@ -366,7 +366,8 @@ def test_markdown_has_a_summary_details_and_a_mermaid_gantt(cli):
     # Each changed component in its own block, closed before the next begins.
     assert out.count("<details>") == out.count("</details>")
     assert out.count("<details><summary><b>") == 7
-    assert "```mermaid\ngantt\n    dateFormat x\n" in out
+    assert "```mermaid\n%%{init: {'gantt': {'leftPadding': " in out
+    assert "}}}%%\ngantt\n    dateFormat x\n" in out
     assert "Instance 0 Create (" in out
     assert cli("plan", "--repo", str(EXAMPLES))[1] == out  # deterministic
 
