@@ -444,7 +444,7 @@ def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | Non
         writes.count += 1
     stored = plan.replica
     if plan.replica_changed:
-        stored = _write_replica(cluster, plan.replica, writes)
+        stored = _write_replica(cluster, plan, writes)
         if not plan.bookkeeping:
             _write_service_status(cluster, plan.replica, writes)
     for action in plan.actions:
@@ -488,8 +488,10 @@ def _service_uid(cluster: Cluster, replica: dict) -> str | None:
                                          replica["spec"]["inferenceService"])
 
 
-def _write_replica(cluster: Cluster, replica: dict, writes: Writes) -> dict:
-    """Write the InferenceReplica (two requests); returns it as stored."""
+def _write_replica(cluster: Cluster, plan: Plan, writes: Writes) -> dict:
+    """Write the InferenceReplica: its status, its object, or both (a new one is both);
+    returns it as stored."""
+    replica = plan.replica
     meta = replica["metadata"]
     if not meta.get("resourceVersion"):
         try:
@@ -508,11 +510,14 @@ def _write_replica(cluster: Cluster, replica: dict, writes: Writes) -> dict:
     # failed status write after the object write lost the operator's request for good;
     # this way a failed object write leaves the annotation, and the next pass finds the
     # request already done (a reset or a release only acts on what is still Failed or held).
-    stored = cluster.replace_status(replica)
-    writes.count += 1
-    stored = cluster.replace_object({**replica, "metadata": {
-        **replica["metadata"], "resourceVersion": stored["metadata"]["resourceVersion"]}})
-    writes.count += 1
+    stored = replica
+    if plan.status_changed:
+        stored = cluster.replace_status(replica)
+        writes.count += 1
+    if plan.object_changed:
+        stored = cluster.replace_object({**replica, "metadata": {
+            **replica["metadata"], "resourceVersion": stored["metadata"]["resourceVersion"]}})
+        writes.count += 1
     return stored
 
 

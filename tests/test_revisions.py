@@ -431,9 +431,9 @@ def test_an_in_place_update_cut_before_its_patch_is_stored_first_and_never_finis
 
     while step(scenario) != "PatchImages":
         scenario.settle(scenario.run_pass())
-    # The pass that records WaitReady: cut after its first two writes (the revision, then
-    # the InferenceReplica's status), before the pod is patched.
-    scenario.run_pass(kill_after=2)
+    # The pass that records WaitReady: cut after its first write (the InferenceReplica's
+    # status; its object and revision are as they were), before the pod is patched.
+    scenario.run_pass(kill_after=1)
     [row] = scenario.rows("svc-engine")
     with SimCluster(scenario.path) as cluster:
         stored = {r["metadata"]["name"] for r in cluster.list_objects("ControllerRevision")}

@@ -90,6 +90,11 @@ class Plan:
     clear_outbox: bool = False
     # The InferenceReplica is written only to record the converged fingerprint.
     bookkeeping: bool = False
+    # Which of its two parts changed: a write of the object (spec, labels, annotations)
+    # and one of the status subresource are two requests; a step that moves only the
+    # status (most of them) makes one.
+    object_changed: bool = True
+    status_changed: bool = True
 
     @property
     def is_noop(self) -> bool:
@@ -167,9 +172,13 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     changed = not removed and _replica_changed(observed.replica, replica)
     bookkeeping = changed and not _replica_changed(_unmarked(observed.replica),
                                                    _unmarked(replica))
+    previous_object = observed.replica or {}
     return Plan(desired.component, replica, changed, work.actions, events, wake, busy,
                 clear_outbox=not removed and bool(recorded.get(outbox.OUTBOX)),
-                bookkeeping=bookkeeping)
+                bookkeeping=bookkeeping,
+                object_changed=observed.replica is None or _object_part(previous_object)
+                != _object_part(replica),
+                status_changed=previous_object.get("status") != replica["status"])
 
 
 def converged_plan(desired: DesiredComponent, observed: ObservedComponent) -> Plan:
@@ -471,6 +480,12 @@ def _replica(work: Work, rollout: dict) -> dict:
     }
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec,
             "status": status}
+
+
+def _object_part(replica: dict) -> tuple:
+    """What a write of the InferenceReplica's object (not its status) sets."""
+    metadata = replica.get("metadata") or {}
+    return (replica.get("spec"), metadata.get("labels") or {}, metadata.get("annotations") or {})
 
 
 def _replica_changed(previous: dict | None, replica: dict) -> bool:
