@@ -567,9 +567,12 @@ def _apply(cluster: Cluster, action: Action) -> None:
         except NotFound:
             pass
     elif isinstance(action, SetServing):
+        seen = None if action.seen is None else {"metadata": {"name": action.name}, "status": {
+            "conditions": [dict(condition) for condition in action.seen]}}
         cluster.set_pod_condition(action.namespace, action.name, SERVING_GATE, action.serving,
                                   reason="OMENative",
-                                  message="in rotation" if action.serving else "out of rotation")
+                                  message="in rotation" if action.serving else "out of rotation",
+                                  seen=seen)
     elif isinstance(action, PatchImages):
         cluster.patch_pod_images(action.namespace, action.name, dict(action.images),
                                  dict(action.labels))

@@ -214,8 +214,10 @@ class Cluster(abc.ABC):
         status: bool,
         reason: str = "",
         message: str = "",
+        seen: dict | None = None,
     ) -> dict:
-        """Set a pod status condition such as the ``ome.io/serving`` readiness gate."""
+        """Set a pod status condition such as the ``ome.io/serving`` readiness gate.
+        ``seen``: the pod as the caller observed it, which spares a backend a read."""
 
     @abc.abstractmethod
     def patch_pod_images(self, namespace: str, name: str, images: dict[str, str],

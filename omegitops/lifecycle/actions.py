@@ -7,7 +7,7 @@ any pod is touched for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -32,11 +32,15 @@ class DeletePod:
 
 @dataclass(frozen=True)
 class SetServing:
-    """Set the pod's ``ome.io/serving`` readiness gate: into or out of rotation."""
+    """Set the pod's ``ome.io/serving`` readiness gate: into or out of rotation.
+
+    ``seen`` is the pod's conditions as the pass observed them, so that the write needs
+    no read of its own (the planner asks only for a gate that differs)."""
 
     namespace: str
     name: str
     serving: bool
+    seen: tuple[tuple[tuple[str, Any], ...], ...] | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         return f"{'route' if self.serving else 'unroute'} pod {self.name}"

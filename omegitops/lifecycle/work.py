@@ -192,7 +192,9 @@ class Work:
 
     def serve(self, pod: dict, serving: bool) -> None:
         meta = pod["metadata"]
-        self.actions.append(SetServing(meta["namespace"], meta["name"], serving))
+        seen = tuple(tuple(sorted(c.items())) for c in
+                     (pod.get("status") or {}).get("conditions") or [] if isinstance(c, dict))
+        self.actions.append(SetServing(meta["namespace"], meta["name"], serving, seen))
 
     def route(self, pods: list[dict], serving: bool) -> None:
         """Put ``pods`` into rotation (or take them out) through the ``ome.io/serving``

@@ -59,12 +59,13 @@ def _each(verbs: str, group: str, resource: str, subresource: str = "") -> list[
 # (the LISTs of observation have been answered before the first write, so they are not
 # asked about again). pipelines/rbac-requirements.yaml grants them, with the reasons.
 PASS = (
-    # create_pod, delete_pod, patch_pod_images; set_pod_condition GETs, then patches status
+    # create_pod, delete_pod, patch_pod_images; a pod read by name (a stranger, a gate
+    # set without a pass having seen the pod), its status patched
     *_each("create delete patch get", "", "pods"),
     *_each("patch", "", "pods", "status"),
     # the routing and headless Services: created, put back when they drift
     *_each("create update", "", "services"),
-    # record_event: GET by name, create, count a repeat
+    # record_event: create; a repeat is read by name and counted
     *_each("get create patch", "", "events"),
     # stored revisions: created once, deleted beyond revisionHistoryLimit
     *_each("create delete", "apps", "controllerrevisions"),

@@ -282,13 +282,16 @@ class KubeCluster(Cluster):
         self._forget(resource, namespace, name, answer)
 
     def set_pod_condition(self, namespace: str, name: str, type: str, status: bool,
-                          reason: str = "", message: str = "") -> dict:
-        """GET the pod, then PATCH its status subresource unless the condition is as asked."""
+                          reason: str = "", message: str = "", seen: dict | None = None) -> dict:
+        """PATCH the pod's status subresource unless the condition is as asked: judged on
+        the watched pod, else the pod as the caller saw it (the pass's LIST), else a GET.
+        A condition that moved since the caller saw it is written over, as the patch of
+        one condition (merged on its type) would be anyway."""
         resource = RESOURCES[base.POD]
         what = resource.object_id(namespace, name)
         if type in KUBELET_CONDITIONS:
             raise Invalid(f"{what}: condition {type} is owned by the kubelet")
-        pod = self._watched_pod(namespace, name) or self._get(resource, namespace, name)
+        pod = self._watched_pod(namespace, name) or seen or self._get(resource, namespace, name)
         patch = events.condition_patch(pod, type, status, reason, message, self.now())
         if patch is None:
             return pod
@@ -408,15 +411,14 @@ class KubeCluster(Cluster):
             or "default"
         resource = RESOURCES[base.EVENT]
         name = events.event_name(event)
-        stored = self.get_object(base.EVENT, namespace, name)
-        if stored is None:
-            try:
-                return self._create(resource, events.new_event(event, namespace, self.now()))
-            except AlreadyExists:
-                # Created since our GET: by another writer, whose occurrence ours adds to,
-                # or by our own POST whose answer was lost before the client tried again,
-                # which the outbox sequence on it tells.
-                stored = self._get(resource, namespace, name)
+        # Created first, as client-go's recorder does: most events are new, so one request.
+        try:
+            return self._create(resource, events.new_event(event, namespace, self.now()))
+        except AlreadyExists:
+            # A repeat (an earlier occurrence, by this run or another), or our own POST
+            # whose answer was lost before the client tried again, which the outbox
+            # sequence on it tells.
+            stored = self._get(resource, namespace, name)
         if already_counted(stored, event):
             return None
         return self._patch(resource, namespace, name,

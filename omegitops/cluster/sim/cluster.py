@@ -251,7 +251,7 @@ class SimCluster(Cluster):
         self._delete_pod(pod, grace_seconds)
 
     def set_pod_condition(self, namespace: str, name: str, type: str, status: bool,
-                          reason: str = "", message: str = "") -> dict:
+                          reason: str = "", message: str = "", seen: dict | None = None) -> dict:
         pod = self._pod(namespace, name)
         if type in KUBELET_CONDITIONS:
             raise Invalid(f"{object_id('Pod', namespace, name)}: condition {type} is owned by the "
