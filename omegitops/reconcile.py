@@ -401,11 +401,13 @@ def _may_write(cluster: Cluster, result: PassResult, prune: Pruning | None) -> b
     halfway through would leave components half-moved, each stopped at a different
     step, while the job goes on failing on every pass.
     """
-    if not any(plan.replica_changed or plan.actions or plan.events
-               for _, plan in result.plans):
+    writing = {plan.replica["metadata"].get("namespace") or "default"
+               for _, plan in result.plans
+               if plan.replica_changed or plan.actions or plan.events}
+    if not writing:
         return True
     try:
-        missing = cluster.missing_permissions(prune is not None)
+        missing = cluster.missing_permissions(prune is not None, writing)
     except ClusterError as err:
         result.errors.append(f"checking the job's permissions: {err}")
         return False

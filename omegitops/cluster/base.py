@@ -282,7 +282,8 @@ class Cluster(abc.ABC):
         Events show on it; None when it does not (no OME CRDs, or not applied)."""
         return None
 
-    def missing_permissions(self, prune: bool) -> list[str]:
-        """What a reconcile run (with ``--prune`` or not) would need and may not do, one
-        line each; asked before the run's first write. Empty when all is allowed."""
+    def missing_permissions(self, prune: bool, namespaces: Iterable[str] = ()) -> list[str]:
+        """What a reconcile run (with ``--prune`` or not) would need in ``namespaces``
+        and may not do, one line each; asked before the run's first write there. Empty
+        when all is allowed."""
         return []

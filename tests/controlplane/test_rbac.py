@@ -56,7 +56,8 @@ def as_call(event: dict) -> Call | None:
     """The RBAC view of an audit event; None for non-resource URLs (discovery) and
     access reviews, which every authenticated user may make."""
     ref = event.get("objectRef")
-    if ref is None or ref.get("resource") == "selfsubjectaccessreviews":
+    if ref is None or ref.get("resource") in ("selfsubjectaccessreviews",
+                                              "selfsubjectrulesreviews"):
         return None
     resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
     name = ref.get("name") if event["verb"] not in ("list", "create") else None
@@ -192,7 +193,8 @@ def test_requests_and_requirements_match_on_the_real_server(audited):
 
     # The run asked about its permissions before its first write.
     reviews = [i for i, e in enumerate(audited)
-               if (e.get("objectRef") or {}).get("resource") == "selfsubjectaccessreviews"]
+               if (e.get("objectRef") or {}).get("resource") in (
+                   "selfsubjectaccessreviews", "selfsubjectrulesreviews")]
     first_write = next(i for i, e in enumerate(audited)
                        if e["verb"] not in READ_ONLY and as_call(e) is not None
                        and as_call(e).resource != "leases")

@@ -77,6 +77,11 @@ POD_GROUPS = Served("scheduling.x-k8s.io/v1alpha1", "podgroups", "PodGroup", sta
 # Asked, never stored: whether a request of the caller would be allowed (always).
 ACCESS_REVIEWS = Served("authorization.k8s.io/v1", "selfsubjectaccessreviews",
                         "SelfSubjectAccessReview", namespaced=False)
+# Asked, never stored: the rules that apply to the caller in a namespace. With nothing
+# denied, one rule grants everything; with something denied, the answer is incomplete (as
+# an authorizer besides RBAC's makes it), so that the caller asks access reviews.
+RULES_REVIEWS = Served("authorization.k8s.io/v1", "selfsubjectrulesreviews",
+                       "SelfSubjectRulesReview", namespaced=False)
 
 # Metadata the server owns: a write cannot change it.
 SERVER_METADATA = ("uid", "creationTimestamp", "namespace", "name")
@@ -152,7 +157,8 @@ class ApiServerDouble:
         # What RBAC denies the caller, as (verb, resource, subresource): the answer of a
         # SelfSubjectAccessReview, which allows everything else.
         self.denied: set[tuple[str, str, str]] = set()
-        self._served = {(s.group_version, s.plural): s for s in (*BUILT_IN, ACCESS_REVIEWS)}
+        self._served = {(s.group_version, s.plural): s for s in (*BUILT_IN, ACCESS_REVIEWS,
+                                                                  RULES_REVIEWS)}
         self._store: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
         self.serve(POD_GROUPS, podgroups)
         self._http: ThreadingHTTPServer | None = None
@@ -299,6 +305,11 @@ class ApiServerDouble:
         served, namespace, name, sub = route.served, route.namespace, route.name, route.subresource
         if served is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if served is RULES_REVIEWS:
+            rules = [] if self.denied else [
+                {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
+            return 201, {**body, "status": {"resourceRules": rules,
+                                            "incomplete": bool(self.denied)}}
         if served is ACCESS_REVIEWS:
             asked = (body.get("spec") or {}).get("resourceAttributes") or {}
             key = (asked.get("verb", ""), asked.get("resource", ""), asked.get("subresource", ""))

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self
@@ -28,8 +29,11 @@ from omegitops.cluster.errors import AlreadyExists, Expired, Forbidden, Invalid,
 from omegitops.cluster.kube import events
 from omegitops.cluster.kube.access import (
     REVIEW_PATH,
+    RULES_REVIEW_PATH,
     Permission,
+    granted,
     review_body,
+    rules_review_body,
     run_permissions,
 )
 from omegitops.cluster.kube.config import connect
@@ -59,6 +63,10 @@ SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "deletionTimesta
                  "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink")
 
 
+# Events a run remembers for their repeats (client-go's correlator keeps 4096).
+MAX_REMEMBERED_EVENTS = 4096
+
+
 class KubeCluster(Cluster):
     """A real cluster through the official ``kubernetes`` client.
 
@@ -83,7 +91,10 @@ class KubeCluster(Cluster):
                            duration_seconds=lease_seconds) if lease else None
         self._served: dict[str, set[str]] = {}  # group/version -> plurals, for the run
         self._service_uids: dict[tuple[str, str], str | None] = {}
-        self._missing: list[str] | None = None  # permissions not granted, once asked
+        # The Events this run wrote, as written: a repeat is patched with no read.
+        self._events: dict[tuple[str, str], dict] = {}
+        # Permissions not granted, by the namespace they were asked in (once a run).
+        self._reviewed: dict[str, list[str]] = {}
         self._service_status_dropped = False  # the CRD prunes status.components.*.lifecycle
         self.page_size = PAGE_SIZE
         self.watches: Watches | None = None  # once watch() is called
@@ -411,18 +422,36 @@ class KubeCluster(Cluster):
             or "default"
         resource = RESOURCES[base.EVENT]
         name = events.event_name(event)
-        # Created first, as client-go's recorder does: most events are new, so one request.
-        try:
-            return self._create(resource, events.new_event(event, namespace, self.now()))
-        except AlreadyExists:
-            # A repeat (an earlier occurrence, by this run or another), or our own POST
-            # whose answer was lost before the client tried again, which the outbox
-            # sequence on it tells.
-            stored = self._get(resource, namespace, name)
+        key = (namespace, name)
+        # As client-go's recorder does: a new event is created (one request), a repeat of
+        # one this run wrote is patched on what it wrote (one request, its correlator's
+        # cache), and only a repeat of an earlier run's is read first.
+        stored = self._events.get(key)
+        if stored is None:
+            try:
+                return self._remember(key, self._create(
+                    resource, events.new_event(event, namespace, self.now())))
+            except AlreadyExists:
+                # An earlier occurrence, or our own POST whose answer was lost before the
+                # client tried again, which the outbox sequence on it tells.
+                stored = self._get(resource, namespace, name)
         if already_counted(stored, event):
             return None
-        return self._patch(resource, namespace, name,
-                           events.repeat_patch(stored, event, self.now()), MERGE_PATCH)
+        try:
+            return self._remember(key, self._patch(
+                resource, namespace, name, events.repeat_patch(stored, event, self.now()),
+                MERGE_PATCH))
+        except NotFound:
+            # Gone since this run wrote it (its hour is up): created anew.
+            self._events.pop(key, None)
+            return self.record_event(event)
+
+    def _remember(self, key: tuple[str, str], stored: dict) -> dict:
+        """An Event as this run last wrote it, for the next repeat's patch."""
+        if len(self._events) >= MAX_REMEMBERED_EVENTS:
+            self._events.pop(next(iter(self._events)))
+        self._events[key] = stored
+        return stored
 
     def inference_service_uid(self, namespace: str, name: str) -> str | None:
         """The uid of the InferenceService in the API (OME's CRD installed and the object
@@ -437,16 +466,37 @@ class KubeCluster(Cluster):
 
     # -- permissions ------------------------------------------------------------------
 
-    def missing_permissions(self, prune: bool) -> list[str]:
-        """What the run would use and RBAC does not grant, one line each, asked with
-        SelfSubjectAccessReviews once per run (the answer is kept)."""
-        if self._missing is None:
-            needed = run_permissions(prune=prune, podgroups=self.has_kind(base.POD_GROUP),
-                                     inference_services=self.has_kind(INFERENCE_SERVICE))
-            self._missing = [f"not permitted: {p.describe()} (pipelines/rbac.yaml grants "
-                             "what omegitops needs); nothing was written"
-                             for p in needed if not self._allowed(p)]
-        return self._missing
+    def missing_permissions(self, prune: bool, namespaces: Iterable[str] = ()) -> list[str]:
+        """What the run would use in ``namespaces`` and RBAC does not grant, one line
+        each: a SelfSubjectRulesReview per namespace, once per run (the answers are
+        kept), and a SelfSubjectAccessReview per permission only where the rules review
+        cannot answer (an authorizer besides RBAC's marks it incomplete)."""
+        needed = run_permissions(prune=prune, podgroups=self.has_kind(base.POD_GROUP),
+                                 inference_services=self.has_kind(INFERENCE_SERVICE))
+        for namespace in sorted(set(namespaces) - set(self._reviewed)):
+            rules = self._rules(namespace)
+            self._reviewed[namespace] = [
+                f"not permitted: {p.describe()} (pipelines/rbac.yaml grants what "
+                "omegitops needs); nothing was written"
+                for p in needed
+                if not (granted(rules, p) if rules is not None
+                        else self._allowed(replace(p, namespace=namespace)))]
+        return list(dict.fromkeys(line for lines in self._reviewed.values() for line in lines))
+
+    def _rules(self, namespace: str) -> list[dict] | None:
+        """The rules that apply to this account in ``namespace``; None when the review
+        cannot tell them all (incomplete, or not served)."""
+        try:
+            review = self.rest.request("POST", RULES_REVIEW_PATH,
+                                       body=rules_review_body(namespace),
+                                       what="SelfSubjectRulesReview")
+        except (NotFound, Forbidden) as err:
+            log.debug("cannot review the rules of %s: %s", namespace, err)
+            return None
+        status = review.get("status") or {}
+        if status.get("incomplete"):
+            return None
+        return list(status.get("resourceRules") or [])
 
     def _allowed(self, permission: Permission) -> bool:
         try:
