@@ -195,6 +195,10 @@ class PassResult:
     # How many of ``errors`` were the cluster's passing faults (Transient: a timeout, a
     # 5xx, an API server restarting), which the next pass carries on from.
     transient: int = 0
+    # Every managed InferenceReplica as the pass leaves it (observed, then as each write
+    # stored it), by (namespace, name): the run's table and report read them instead of
+    # a LIST of their own. None when the pass did not observe everything itself.
+    replicas: dict[tuple[str, str], dict] | None = None
 
     @property
     def passing_faults_only(self) -> bool:
@@ -242,9 +246,10 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
     """Observe once (unless ``seen`` is given) and plan every managed component, or
     those whose key is in ``only``; no writes."""
     now = cluster.now()
+    result = PassResult(now=now)
     if seen is None:
         seen = observe(cluster)
-    result = PassResult(now=now)
+        result.replicas = dict(seen.replicas)
     # Wanted even when its plan fails: a component that cannot be planned is never
     # torn down by --prune as if it had left the repository.
     wanted = {component_key(item) for item in items if item.lifecycle.managed}
@@ -375,11 +380,19 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent],
             # Someone else wrote the InferenceReplica: plan it again next pass.
             log.info("%s: %s; planning it again next pass", plan.replica["metadata"]["name"], err)
             result.failed.add(plan_key(plan))
+            result.replicas = None  # not known as stored: the run lists them again
         except ClusterError as err:
+            result.replicas = None
             result.errors.append(f"{plan.replica['metadata']['name']}: {err}")
             result.transient += isinstance(err, Transient)
             result.failed.add(plan_key(plan))
     result.applied = writes.count
+    if result.replicas is not None:
+        for key, stored in writes.replicas.items():
+            if stored is None:
+                result.replicas.pop(key, None)
+            else:
+                result.replicas[key] = stored
     return result
 
 
@@ -423,6 +436,8 @@ class Writes:
     """The writes of a pass so far, kept when one fails halfway through a plan."""
 
     count: int = 0
+    # Each InferenceReplica as written (None: deleted), by (namespace, name).
+    replicas: dict[tuple[str, str], dict | None] = field(default_factory=dict)
 
 
 def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | None = None) -> int:
@@ -445,8 +460,10 @@ def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | Non
         _apply(cluster, action)
         writes.count += 1
     stored = plan.replica
+    name = (plan.replica["metadata"].get("namespace") or "", plan.replica["metadata"]["name"])
     if plan.replica_changed:
         stored = _write_replica(cluster, plan, writes)
+        writes.replicas[name] = stored
         if not plan.bookkeeping:
             _write_service_status(cluster, plan.replica, writes)
     for action in plan.actions:
@@ -470,12 +487,14 @@ def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | Non
                 _record_refusal(cluster, stored, action.pod, str(err), now)
             raise
         writes.count += 1
+        if isinstance(action, DeleteObject) and action.kind == INFERENCE_REPLICA:
+            writes.replicas[(action.namespace, action.name)] = None
     source = stored["metadata"].get("uid") or stored["metadata"]["name"]
     for event in plan.events:
         if cluster.record_event(_event(plan.replica, event, now, uid, source)) is not None:
             writes.count += 1
     if plan.clear_outbox:
-        _clear_outbox(cluster, stored)
+        writes.replicas[name] = _clear_outbox(cluster, stored)
         writes.count += 1
     return writes.count - start
 
@@ -523,10 +542,10 @@ def _write_replica(cluster: Cluster, plan: Plan, writes: Writes) -> dict:
     return stored
 
 
-def _clear_outbox(cluster: Cluster, stored: dict) -> None:
+def _clear_outbox(cluster: Cluster, stored: dict) -> dict:
     """Empty the outbox once its events are sent: one status write on what is stored."""
     status = {k: v for k, v in (stored.get("status") or {}).items() if k != OUTBOX}
-    cluster.replace_status({**stored, "status": status})
+    return cluster.replace_status({**stored, "status": status})
 
 
 def _write_service_status(cluster: Cluster, replica: dict, writes: Writes) -> None:

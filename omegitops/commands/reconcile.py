@@ -194,9 +194,12 @@ def _run_passes(args: argparse.Namespace, loaded, items, report_dir, repository:
         other_modes = {component_key(item): item.lifecycle.mode.value for item in items
                        if not item.lifecycle.managed}
 
+        last = None
+
         def progress(result) -> None:
-            nonlocal failed, passes, outage
+            nonlocal failed, passes, outage, last
             passes += 1
+            last = result
             if result.passing_faults_only:
                 # The cluster's passing fault (an API server restarting, a timeout): the
                 # next pass carries on, and the run fails only if it ends in one.
@@ -263,8 +266,14 @@ def _run_passes(args: argparse.Namespace, loaded, items, report_dir, repository:
         save = getattr(cluster, "save", None)
         if save is not None:
             save()
-        # One LIST of the InferenceReplicas serves the table and the report.
-        listed = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
+        # The InferenceReplicas as the last pass left them serve the table and the
+        # report; one LIST when that pass did not know them all (it watched, or a write
+        # failed, or the run was cut in the middle of one).
+        if last is not None and last.replicas is not None and interrupted is None \
+                and lost is None:
+            listed = [last.replicas[key] for key in sorted(last.replicas)]
+        else:
+            listed = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
         replicas = [replica_view(r) for r in listed]
         now = cluster.now()
         if report_dir:
