@@ -168,6 +168,10 @@ class ControlPlane(Supervisor):
     # the API server then answers there too, and advertises it as the ``kubernetes``
     # Service's endpoint. None: loopback only, for KWOK's nodes alone.
     pod_network_gateway: str | None = None
+    # kube-controller-manager's controllers each as their own ServiceAccount (kube-system's
+    # deployment-controller, replicaset-controller...), so that the audit log, which keeps
+    # service accounts' requests, holds theirs: a benchmark sets it to count them.
+    controller_credentials: bool = False
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -291,7 +295,8 @@ class ControlPlane(Supervisor):
             return [kubeconfig, "--leader-elect=false", "--secure-port=0",
                     f"--service-account-private-key-file={self.pki / 'sa.key'}",
                     f"--root-ca-file={self.pki / 'ca.crt'}",
-                    "--use-service-account-credentials=false",
+                    f"--use-service-account-credentials="
+                    f"{'true' if self.controller_credentials else 'false'}",
                     f"--node-monitor-grace-period={self.node_monitor_grace}",
                     "--node-monitor-period=2s"]
         if name == "kube-scheduler":
