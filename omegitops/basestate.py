@@ -30,7 +30,6 @@ from typing import Any
 
 from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
-from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle.desired import build_desired
 from omegitops.lifecycle.instance import PodSpecInput, instance_pods
 from omegitops.lifecycle.planner import DesiredComponent
@@ -46,6 +45,7 @@ from omegitops.lifecycle.templates import (
 from omegitops.lifecycle.work import OPERATION_ANNOTATION
 from omegitops.manifests.load import ServiceComponent
 from omegitops.reconcile import apply_plan, plan_all
+from omegitops.times import format_time, parse_time
 
 # Long enough for the simulated kubelets to pull, start and probe the seeded pods.
 SETTLE_SECONDS = 900.0

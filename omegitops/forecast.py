@@ -19,11 +19,12 @@ from omegitops.cadence import Cadence
 from omegitops.cluster.base import Cluster
 from omegitops.cluster.sim.nodes import GPU
 from omegitops.cluster.sim.scheduler import pod_requests
-from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle.durations import format_duration
 from omegitops.lifecycle.replica import decode_rows
 from omegitops.manifests.load import ServiceComponent
-from omegitops.reconcile import BUDGET_SPENT, IDLE, MANAGED, PassResult, run_until_idle
+from omegitops.reconcile import MANAGED, PassResult
+from omegitops.times import format_time, parse_time
+from omegitops.untilidle import BUDGET_SPENT, IDLE, run_until_idle
 
 DEFAULT_BUDGET_SECONDS = 7200.0
 

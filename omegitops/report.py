@@ -39,7 +39,6 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
-from omegitops.cluster.times import format_time, parse_time
 from omegitops.errors import OmegitopsError
 from omegitops.files import replace_atomically
 from omegitops.gcpause import without_gc_pauses
@@ -47,6 +46,7 @@ from omegitops.lifecycle.replica import decode_rows, encode_rows, replica_name
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
 from omegitops.manifests.schemas import validator
 from omegitops.reconcile import MANAGED
+from omegitops.times import format_time, parse_time
 from omegitops.views import (
     WARNING,
     about_component,

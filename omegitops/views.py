@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from omegitops.cluster.base import EVENT
-from omegitops.cluster.times import parse_time
 from omegitops.lifecycle.replica import decode_rows
 from omegitops.lifecycle.templates import MANAGED_BY, MANAGER
+from omegitops.times import parse_time
 
 
 def replica_view(replica: dict) -> dict[str, Any]:

@@ -28,7 +28,8 @@ from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.plannable import MAX_CLUSTER_PODS
 from omegitops.manifests.repository import read_repository
 from omegitops.manifests.yamlfile import MAX_FILE_BYTES
-from omegitops.reconcile import Pruning, run_pass, run_until_idle
+from omegitops.reconcile import Pruning, run_pass
+from omegitops.untilidle import run_until_idle
 from tests.conftest import RUNTIME, SERVICE, write_repo
 from tests.fleet import write_service
 

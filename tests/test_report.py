@@ -12,7 +12,6 @@ import pytest
 
 from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
-from omegitops.cluster.times import format_time
 from omegitops.lifecycle.replica import COLUMNAR, decode_rows
 from omegitops.manifests.load import load
 from omegitops.manifests.schemas import validator
@@ -24,6 +23,7 @@ from omegitops.report import (
     validate_report,
     write_report,
 )
+from omegitops.times import format_time
 from tests.conftest import EXAMPLES, RUNTIME, SERVICE, write_repo
 
 # The llama-pd router may stay Pending in the simulator (no CPU node); no test

@@ -8,7 +8,7 @@ import datetime
 import pytest
 
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle.copying import Packed
+from omegitops.copying import Packed
 from omegitops.lifecycle.instance import PodSpecInput, instance_pods
 from omegitops.lifecycle.operator import parse_operator_values
 from omegitops.lifecycle.replica import COLUMNAR, decode_rows, encode_rows

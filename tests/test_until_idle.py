@@ -17,7 +17,8 @@ from omegitops.cluster.sim import SimCluster
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.replica import decode_rows
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import BUDGET_SPENT, IDLE, MANAGED, run_until_idle
+from omegitops.reconcile import MANAGED
+from omegitops.untilidle import BUDGET_SPENT, IDLE, run_until_idle
 from tests.conftest import EXAMPLES
 from tests.fleet import write_service
 
@@ -89,9 +90,9 @@ def test_an_interrupted_run_keeps_its_passes_writes_the_report_and_says_so(
     import os
     import signal
 
-    from omegitops import reconcile
+    from omegitops import untilidle
 
-    real, calls = reconcile.run_pass, []
+    real, calls = untilidle.run_pass, []
 
     def interrupted_third_pass(*args, **kwargs):
         calls.append(1)
@@ -101,7 +102,7 @@ def test_an_interrupted_run_keeps_its_passes_writes_the_report_and_says_so(
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reconcile, "run_pass", interrupted_third_pass)
+    monkeypatch.setattr(untilidle, "run_pass", interrupted_third_pass)
     state, report = tmp_path / "c.json", tmp_path / "report"
     before = signal.getsignal(signal.SIGTERM)
     got, _, err = cli("reconcile", "--repo", str(EXAMPLES), "--cluster", f"sim:{state}",
@@ -150,7 +151,7 @@ def test_a_second_ctrl_c_while_stopping_is_ignored_and_the_report_agrees(tmp_pat
     import os
     import signal
 
-    from omegitops import reconcile, report
+    from omegitops import reconcile, report, untilidle
 
     real_pass, real_write, calls = reconcile.run_pass, report.write_report, []
 
@@ -164,7 +165,7 @@ def test_a_second_ctrl_c_while_stopping_is_ignored_and_the_report_agrees(tmp_pat
         os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, while the report is made
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(reconcile, "run_pass", interrupted_third_pass)
+    monkeypatch.setattr(untilidle, "run_pass", interrupted_third_pass)
     monkeypatch.setattr(report, "write_report", write_interrupted)
     before = signal.getsignal(signal.SIGINT)
     state, out = tmp_path / "c.json", tmp_path / "report"

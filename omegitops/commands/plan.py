@@ -29,7 +29,6 @@ from omegitops.cadence import SHIPPED_JOB_SECONDS, SHIPPED_SCHEDULE, Cadence, ca
 from omegitops.cluster import open_cluster, sim_path
 from omegitops.cluster.base import Cluster
 from omegitops.cluster.sim import SimCluster
-from omegitops.cluster.times import format_time
 from omegitops.commands.common import (
     add_repo_args,
     output_file,
@@ -45,14 +44,14 @@ from omegitops.gitops.base import Base, RevisionHistory, base_manifests, startin
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
 from omegitops.planview import PlannedComponent, Removal, plan_document, render_markdown
 from omegitops.reconcile import (
-    IDLE,
     component_key,
     observe,
     plan_item,
     planning_error,
-    run_until_idle,
     unaccounted_replicas,
 )
+from omegitops.times import format_time
+from omegitops.untilidle import IDLE, run_until_idle
 
 NO_CLUSTER = "none"
 MIN_CHARS = 4000

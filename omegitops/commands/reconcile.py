@@ -22,16 +22,9 @@ from omegitops.gitops.branch import check_report_branch, publish_report
 from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.repository import INFERENCE_SERVICE
-from omegitops.reconcile import (
-    IDLE,
-    MANAGED,
-    PASS_LIMIT,
-    Pruning,
-    component_key,
-    run_pass,
-    run_until_idle,
-)
+from omegitops.reconcile import MANAGED, Pruning, component_key, run_pass
 from omegitops.shards import Shard
+from omegitops.untilidle import IDLE, PASS_LIMIT, run_until_idle
 from omegitops.views import replica_view
 
 log = logging.getLogger("omegitops")

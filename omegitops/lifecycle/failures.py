@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.instance import InstancePods
 from omegitops.lifecycle.templates import MAIN_CONTAINER
 from omegitops.lifecycle.work import Work
+from omegitops.times import format_time, parse_time
 
 STUCK_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError")

@@ -8,11 +8,11 @@ Each step function moves one Instance by at most one step per pass:
 
 from __future__ import annotations
 
-from omegitops.cluster.times import parse_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.failures import ended_failure
 from omegitops.lifecycle.missing import ready_to_build
 from omegitops.lifecycle.work import CREATE, CREATING, DELETE, DELETING, READY, Work
+from omegitops.times import parse_time
 
 CREATE_PODS, WAIT_READY, WAIT_AVAILABLE = "CreatePods", "WaitReady", "WaitAvailable"
 UNROUTE, DELETE_PODS, WAIT_GONE = "Unroute", "DeletePods", "WaitGone"

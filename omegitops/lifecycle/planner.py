@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle import outbox
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, ApplyObject, DeleteObject, Event
@@ -72,6 +71,7 @@ from omegitops.lifecycle.work import (
     ObservedComponent,
     Work,
 )
+from omegitops.times import format_time, parse_time
 
 __all__ = ["DesiredComponent", "ObservedComponent", "Plan", "converged_plan",
            "plan_component"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omegitops.cluster.quantities import parse_milli
 from omegitops.lifecycle.names import LABEL_KEY, LABEL_VALUE
+from omegitops.quantities import parse_milli
 
 # All of a pod's annotations together (metadata validation).
 ANNOTATIONS_MAX_BYTES = 256 * 1024

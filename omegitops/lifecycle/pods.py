@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegitops.cluster.times import parse_time
 from omegitops.lifecycle.templates import (
     LABEL_INCARNATION,
     LABEL_INDEX,
@@ -13,6 +12,7 @@ from omegitops.lifecycle.templates import (
     MAIN_CONTAINER,
     SERVING_GATE,
 )
+from omegitops.times import parse_time
 
 
 def condition(pod: dict, kind: str) -> tuple[bool, float | None]:

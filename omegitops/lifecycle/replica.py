@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from omegitops.lifecycle.copying import json_copy
+from omegitops.copying import json_copy
 
 API_VERSION = "ome.io/v1beta1"
 KIND = "InferenceReplica"
@@ -58,7 +58,7 @@ def read_rows(stored: Any) -> tuple[list[dict[str, Any]], list[str]]:
     never trusted to have the shape omegitops writes."""
     if not stored:
         return [], []
-    stored = json_copy(stored)  # marshal, not copy.deepcopy: see lifecycle/copying.py
+    stored = json_copy(stored)  # marshal, not copy.deepcopy: see omegitops/copying.py
     if isinstance(stored, list):
         candidates = list(enumerate(stored))
     elif isinstance(stored, dict) and stored.get("encoding") == COLUMNAR:

@@ -11,10 +11,10 @@ its next attempt, so a crashing gang is not recreated in a tight loop.
 
 from __future__ import annotations
 
-from omegitops.cluster.times import format_time, parse_time
 from omegitops.lifecycle.durations import parse_duration
 from omegitops.lifecycle.failures import revision_caused
 from omegitops.lifecycle.work import Work
+from omegitops.times import format_time, parse_time
 
 PAUSE_FIRST, PAUSE_MAX = 30.0, 300.0
 

@@ -13,8 +13,8 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from omegitops.copying import Packed
 from omegitops.lifecycle.actions import ApplyObject, DeleteObject
-from omegitops.lifecycle.copying import Packed
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 
 KIND = "ControllerRevision"

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 
-from omegitops.cluster.times import format_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.instance import InstancePods
 from omegitops.lifecycle.retries import held, may_start
 from omegitops.lifecycle.updates import SURGE_THEN_DRAIN, open_update, update_mode
 from omegitops.lifecycle.work import DELETING, FAILED, SURGE, UPDATE, Work
+from omegitops.times import format_time
 
 BUDGET_GATE = "Budget"
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegitops.cluster.times import format_time
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.instance import InstancePods
 from omegitops.lifecycle.missing import REVISION_MISSING, missing_revisions
 from omegitops.lifecycle.resolve import ISVC, RUNTIME, timeout_seconds
+from omegitops.times import format_time
 
 TRUE, FALSE = "True", "False"
 

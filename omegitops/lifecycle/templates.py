@@ -15,7 +15,7 @@ import hashlib
 import json
 from typing import Any
 
-from omegitops.lifecycle.copying import json_copy
+from omegitops.copying import json_copy
 from omegitops.lifecycle.patchkeys import CONTAINER, POD_SPEC, field_of, merge_key
 from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig
 

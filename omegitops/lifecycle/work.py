@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegitops.cluster.times import format_time
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, CreatePod, DeletePod, Event, SetServing
 from omegitops.lifecycle.instance import InstancePods, PodSpecInput, instance_pods
@@ -19,6 +18,7 @@ from omegitops.lifecycle.resolve import ComponentLifecycle, timeout_seconds
 from omegitops.lifecycle.revisions import stored_templates
 from omegitops.lifecycle.services import plan_podgroup, podgroup_name
 from omegitops.lifecycle.templates import workers_of
+from omegitops.times import format_time
 
 # Operation types (DESIGN.md §4); an Update also has a mode.
 CREATE, UPDATE, DELETE, RESTART = "Create", "Update", "Delete", "Restart"

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from omegitops.copying import Packed
 from omegitops.gcpause import without_gc_pauses
-from omegitops.lifecycle.copying import Packed
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import ComponentLifecycle, components_of, dig, resolve_component
 from omegitops.manifests.operator_values import read_operator_values

@@ -15,9 +15,9 @@ from jsonschema.exceptions import ValidationError
 
 from omegitops.cluster.sim import sizing
 from omegitops.cluster.sim.scheduler import pod_requests
+from omegitops.copying import Packed
 from omegitops.ids import ResourceId
 from omegitops.lifecycle import budgets
-from omegitops.lifecycle.copying import Packed
 from omegitops.lifecycle.names import derived_names, longest_fitting
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import (

@@ -64,7 +64,7 @@ from omegitops.lifecycle.desired import build_desired
 from omegitops.lifecycle.replica import decode_rows
 from omegitops.lifecycle.templates import DEFAULT
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import IDLE
+from omegitops.untilidle import IDLE
 
 CONTROLLERS = ("system:serviceaccount:kube-system:deployment-controller",
                "system:serviceaccount:kube-system:replicaset-controller")

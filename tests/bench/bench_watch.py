@@ -62,7 +62,7 @@ from kubernetes import config as k8s_config
 
 from omegitops.cluster.kube import KubeCluster
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import IDLE, run_until_idle
+from omegitops.untilidle import IDLE, run_until_idle
 
 TARGET = 1.05
 BYTES_TARGET = 1.1

@@ -295,8 +295,8 @@ class ControlPlane(Supervisor):
             return [kubeconfig, "--leader-elect=false", "--secure-port=0",
                     f"--service-account-private-key-file={self.pki / 'sa.key'}",
                     f"--root-ca-file={self.pki / 'ca.crt'}",
-                    f"--use-service-account-credentials="
-                    f"{'true' if self.controller_credentials else 'false'}",
+                    (f"--use-service-account-credentials="
+                    f"{'true' if self.controller_credentials else 'false'}"),
                     f"--node-monitor-grace-period={self.node_monitor_grace}",
                     "--node-monitor-period=2s"]
         if name == "kube-scheduler":

@@ -40,8 +40,9 @@ from omegitops.cluster.lease import Lease
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION
 from omegitops.lifecycle.outbox import OUTBOX, SEQUENCE
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import FORBIDDEN, MANAGED, run_until_idle
+from omegitops.reconcile import MANAGED
 from omegitops.report import report_events
+from omegitops.untilidle import FORBIDDEN, run_until_idle
 from tests.fleet import write_service
 
 _namespaces = itertools.count()

@@ -41,10 +41,10 @@ from omegitops.cluster.sim.scheduler import Gang, NodeRoom, Round, pod_requests
 from omegitops.cluster.sim.sizing import NodePool
 from omegitops.cluster.sim.store import FileLock, fresh_state, load_state, save_state
 from omegitops.cluster.sim.timeline import Timeline
-from omegitops.cluster.times import format_time, parse_time, to_datetime
 from omegitops.errors import ClusterError
 from omegitops.gcpause import gc_paused
 from omegitops.lifecycle import podrules
+from omegitops.times import format_time, parse_time, to_datetime
 
 DEFAULT_GRACE_SECONDS = 30
 CLUSTER_SCOPED = {base.NODE}

@@ -21,7 +21,7 @@ pod garbage collector (PodGC):
 
 from __future__ import annotations
 
-from omegitops.cluster.times import format_time
+from omegitops.times import format_time
 
 NODE_MONITOR_GRACE = 40
 DEFAULT_TOLERATION_SECONDS = 300

@@ -18,7 +18,7 @@ from omegitops.cluster.sim.kubelet import (
     RUNNING,
     WAITING,
 )
-from omegitops.cluster.times import format_time
+from omegitops.times import format_time
 
 KUBELET_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready", "DisruptionTarget")
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from omegitops.cluster.quantities import parse_milli
 from omegitops.cluster.sim.nodes import UNSCHEDULABLE_TAINT, is_ready, tolerates
+from omegitops.quantities import parse_milli
 
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 POD_SLOT = "pods"

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omegitops.cluster.quantities import parse_milli
 from omegitops.cluster.sim.nodes import GPU, tolerates
 from omegitops.cluster.sim.scheduler import POD_SLOT, pod_requests
+from omegitops.quantities import parse_milli
 
 # A node of the default pools (nodes.make_node): what it offers, in milli-units.
 NODE_CPU = parse_milli("128")

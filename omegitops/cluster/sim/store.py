@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import IO
 
 from omegitops.cluster.errors import LockHeld
-from omegitops.cluster.times import parse_time
 from omegitops.errors import ClusterError
 from omegitops.files import replace_atomically
+from omegitops.times import parse_time
 
 VERSION = 1
 START_CLOCK = "2026-09-27T08:00:00Z"
