@@ -1,8 +1,10 @@
-"""Writing files so that a crash at any moment leaves the old file or the new one."""
+"""Files: written so that a crash at any moment leaves the old file or the new one, and
+read with their size known first."""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -65,3 +67,39 @@ def shown_path(rel: str) -> str:
         else:
             out.append(char)
     return '"' + "".join(out) + '"'
+
+
+class NotARegularFile(Exception):
+    """A path that is no file to read: a folder, a device, a pipe, or too large."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def read_limited(path: Path | str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``; NotARegularFile for anything else.
+
+    The size is known before a byte is read, and never more than one byte past the
+    limit is read: a 1 GB file costs nothing, and a link to ``/dev/zero`` (which
+    reports no size and never ends) or to a FIFO (which blocks) is refused unread.
+    OSError (missing, unreadable) is the caller's to report.
+    """
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise NotARegularFile("a folder, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise NotARegularFile("not a regular file (a device, socket or pipe); not read")
+        if info.st_size > max_bytes:
+            raise NotARegularFile(f"file is {info.st_size} bytes, larger than the limit of {max_bytes}")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:  # it grew while being read
+        raise NotARegularFile(f"file is larger than the limit of {max_bytes} bytes")
+    return data

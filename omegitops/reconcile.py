@@ -66,14 +66,13 @@ from omegitops.lifecycle.templates import (
     LABEL_COMPONENT,
     LABEL_INDEX,
     LABEL_ISVC,
+    MANAGED,
     MANAGED_BY,
-    MANAGER,
 )
 from omegitops.manifests.load import ServiceComponent
 from omegitops.times import format_time
 
 log = logging.getLogger(__name__)
-MANAGED = {MANAGED_BY: MANAGER}
 
 
 @dataclass

@@ -43,9 +43,9 @@ from omegitops.errors import OmegitopsError
 from omegitops.files import replace_atomically
 from omegitops.gcpause import without_gc_pauses
 from omegitops.lifecycle.replica import decode_rows, encode_rows, replica_name
+from omegitops.lifecycle.templates import MANAGED
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
 from omegitops.manifests.schemas import validator
-from omegitops.reconcile import MANAGED
 from omegitops.times import format_time, parse_time
 from omegitops.views import (
     WARNING,

@@ -21,6 +21,8 @@ from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "omegitops"
+# The label selector of every object omegitops manages.
+MANAGED = {MANAGED_BY: MANAGER}
 LABEL_ISVC = "ome.io/inferenceservice"
 LABEL_COMPONENT = "ome.io/component"
 LABEL_INDEX = "ome.io/instance-index"

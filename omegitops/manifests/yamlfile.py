@@ -7,14 +7,14 @@ cross-object check) can be traced back to its line without parsing twice.
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from omegitops import files
 
 try:  # libyaml's parser is several times faster; the constructor stays the safe one
     from yaml import CSafeLoader as _Loader
@@ -164,31 +164,12 @@ def load_documents(text: str) -> Iterator[Document]:
 
 
 def read_limited(path: Path | str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``; YamlError for anything else.
-
-    The size is known before a byte is read, and never more than one byte past the
-    limit is read: a 1 GB file costs nothing, and a link to ``/dev/zero`` (which
-    reports no size and never ends) or to a FIFO (which blocks) is refused unread.
-    OSError (missing, unreadable) is the caller's to report.
-    """
-    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    """The bytes of a regular file of at most ``max_bytes`` (``files.read_limited``);
+    YamlError for anything else. OSError (missing, unreadable) is the caller's."""
     try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise YamlError("a folder, not a file")
-        if not stat.S_ISREG(info.st_mode):
-            raise YamlError("not a regular file (a device, socket or pipe); not read")
-        if info.st_size > max_bytes:
-            raise YamlError(f"file is {info.st_size} bytes, larger than the limit of {max_bytes}")
-    except BaseException:
-        os.close(fd)
-        raise
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(max_bytes + 1)
-    if len(data) > max_bytes:  # it grew while being read
-        raise YamlError(f"file is larger than the limit of {max_bytes} bytes")
-    return data
+        return files.read_limited(path, max_bytes)
+    except files.NotARegularFile as err:
+        raise YamlError(err.message) from None
 
 
 def load_text(raw: bytes, max_bytes: int = MAX_FILE_BYTES) -> str:

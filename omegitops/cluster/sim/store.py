@@ -31,6 +31,7 @@ import os
 from pathlib import Path
 from typing import IO
 
+from omegitops import files
 from omegitops.cluster.errors import LockHeld
 from omegitops.errors import ClusterError
 from omegitops.files import replace_atomically
@@ -103,16 +104,14 @@ MAX_STATE_BYTES = 4 << 30
 
 def load_state(path: Path) -> dict | None:
     """The state in ``path``; None when the file does not exist."""
-    from omegitops.manifests.yamlfile import YamlError, read_limited
-
     try:
         # Bounded, and only a regular file: a FIFO would block and /dev/zero never end.
-        raw = read_limited(path, MAX_STATE_BYTES)
+        raw = files.read_limited(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         return None
     except OSError as err:
         raise ClusterError(f"{path}: cannot read the simulated cluster ({err.strerror})") from err
-    except YamlError as err:
+    except files.NotARegularFile as err:
         raise ClusterError(f"{path}: cannot read the simulated cluster ({err.message}); "
                            "refusing to use or overwrite it") from err
     try:

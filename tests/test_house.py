@@ -1,0 +1,36 @@
+"""The code's own checks, run by the test command so that CI runs them: the layers
+(import-linter's contracts in ``pyproject.toml``) and ``ruff check``."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed: the test extra installs it")
+    return found
+
+
+def test_the_layers_hold():
+    """commands, the shell, manifests, backends, the pure core, utilities: each imports
+    only from below, the lifecycle core no client of the world, kubernetes only in
+    cluster.kube."""
+    done = subprocess.run([_tool("lint-imports")], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def test_ruff_finds_nothing():
+    done = subprocess.run([_tool("ruff"), "check", "omegitops", "tests"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-4000:]
