@@ -6,8 +6,8 @@
                               [--scale 10000]
 
 Each benchmark runs as its own process (``bench_pass.py``, ``bench_api.py``,
-``bench_memory.py``, ``bench_rollout.py``, ``bench_shards.py``, and ``bench_watch.py`` on the real
-control plane unless ``--no-control-plane``; each also runs alone and prints its
+``bench_memory.py``, ``bench_rollout.py``, ``bench_shards.py``, and ``bench_watch.py`` and
+``bench_peer.py`` on the real control plane unless ``--no-control-plane``; each also runs alone and prints its
 own document), sharing one work folder so that each converged fleet is built
 once. The top-level keys are the headline figures; ``details`` holds each
 benchmark's full document. Building the 1,000-service fleet (reconciling it
@@ -38,11 +38,14 @@ def _run(script: str, *args: str) -> dict:
 
 # A large fleet's pass costs tens of seconds: fewer runs of it.
 LARGE = 5000
+# The fleets bench_peer.py rolls beside the Deployment controller in.
+PEER_SIZES = (20, 200)
 
 
 def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
             watch_services: int | None = None, watch_min_ready: int = 30,
-            scale: list[int] | None = None) -> dict:
+            scale: list[int] | None = None, peer_sizes: tuple[int, ...] = PEER_SIZES,
+            peer_trials: int = 3, peer_cadence: bool = True) -> dict:
     started = time.perf_counter()
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--workdir", str(workdir)]
@@ -62,10 +65,17 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
     largest = max(curve)
     rollout = _run("bench_rollout.py", "--instances", str(instances))
     shards = _run("bench_shards.py", "--services", str(services), "--runs", str(runs), *common)
-    real = {}
+    real, peers = {}, {}
     if watch_services is not None:
         real = _run("bench_watch.py", "--services", str(watch_services),
                     "--instances", str(instances), "--min-ready", str(watch_min_ready))
+        # Beside the Deployment controller, inside 20 and 200 services (the cadence's
+        # one pass a minute inside 20 only: it takes a quarter of an hour).
+        peers = {size: _run("bench_peer.py", "--services", str(size), "--instances",
+                            str(instances), "--min-ready", str(watch_min_ready),
+                            "--trials", str(peer_trials),
+                            *(["--cadence"] if peer_cadence and size == peer_sizes[0] else []))
+                 for size in peer_sizes}
     return {
         "pass_vs_parse_ratio": passed["pass_vs_parse_ratio"],
         "pass_seconds": passed["pass_seconds"],
@@ -85,6 +95,9 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         "shard_vs_share_ratio": shards["shard_vs_share_ratio"],
         "shard_imbalance_floor": shards["imbalance_floor"],
         "rollout_vs_ideal_ratio_real": real.get("rollout_vs_ideal_ratio_real"),
+        "peer": {str(size): {key: doc[key] for key in (
+            "rollout_ratio", "rollout_vs_deployment_plus_drain_ratio", "decomposition_seconds",
+            "requests_ratio", "cadence_requests_ratio")} for size, doc in peers.items()},
         "api_bytes_per_rollout_ratio": real.get("api_bytes_per_rollout_ratio"),
         "targets": {"pass_vs_parse_ratio": passed["target"], "lists_per_pass": api["list_target"],
                     "writes_when_converged": 0,
@@ -94,13 +107,15 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
                     "passes_per_rollout_ratio": rollout["passes"]["target"],
                     "shard_vs_share_ratio": shards["target"],
                     "rollout_vs_ideal_ratio_real": real.get("target"),
+                    "peer_requests_ratio": 1.0,
+                    "peer_rollout": "<= the Deployment's plus the documents' drain wait",
                     "api_bytes_per_rollout_ratio": real.get("bytes_target")},
         "fleet": {k: passed[k] for k in ("services", "components", "instances", "pods",
                                          "manifest_files")},
         "python": sys.version.split()[0],
         "wall_seconds": round(time.perf_counter() - started, 1),
         "details": {"pass": passed, "api": api, "memory": memory, "rollout": rollout,
-                    "rollout_real": real, "shards": shards},
+                    "rollout_real": real, "shards": shards, "peer": peers},
     }
 
 
@@ -117,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", default="", metavar="N,M",
                         help="larger fleets to measure the pass and memory at too "
                              "(e.g. 10000), for the curve")
+    parser.add_argument("--peer-sizes", default=",".join(map(str, PEER_SIZES)), metavar="N,M",
+                        help="fleets bench_peer.py rolls beside the Deployment controller in")
+    parser.add_argument("--peer-trials", type=int, default=3)
+    parser.add_argument("--no-peer-cadence", action="store_true",
+                        help="skip bench_peer.py's one-pass-a-minute rollout (15 minutes)")
     parser.add_argument("--no-control-plane", action="store_true",
                         help="skip bench_watch.py, which starts the real control plane")
     args = parser.parse_args(argv)
@@ -125,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         document = run_all(Path(args.workdir or scratch), args.services, args.sizes, args.runs,
                            args.instances, watch_services, args.watch_min_ready,
-                           [int(n) for n in args.scale.split(",") if n])
+                           [int(n) for n in args.scale.split(",") if n],
+                           tuple(int(n) for n in args.peer_sizes.split(",") if n),
+                           args.peer_trials, not args.no_peer_cadence)
     json.dump(document, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

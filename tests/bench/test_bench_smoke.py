@@ -39,7 +39,8 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
     # The control-plane rollout too, unless those tests are skipped: 4 Instances, one
     # at a time, no minReadySeconds, beside a fleet of 2 services.
     real = ["--no-control-plane"] if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip" \
-        else ["--watch-services", "2", "--watch-min-ready", "0"]
+        else ["--watch-services", "2", "--watch-min-ready", "0", "--peer-sizes", "2",
+              "--peer-trials", "1", "--no-peer-cadence"]
     if "--no-control-plane" not in real:
         # A cold build of the control plane takes about ten minutes: it is made (or
         # waited for, under build.sh's lock) here, with no timeout, so that the
@@ -62,3 +63,5 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
     if "--no-control-plane" not in real:
         assert document["rollout_vs_ideal_ratio_real"] > 0
         assert document["api_bytes_per_rollout_ratio"] >= 1
+        peer = document["peer"]["2"]
+        assert peer["rollout_ratio"] > 0 and peer["requests_ratio"] > 0
