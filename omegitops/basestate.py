@@ -72,7 +72,8 @@ class Seeded:
     def summary(self) -> str:
         if not self.components:
             return "no component had Instance state to start from"
-        parts = [_count_of(self.components, "component") + " seeded as the job last saw it"]
+        parts = [_count_of(self.components, "component") + " put back as the job last saw "
+                 "it (the others stand as replayed)"]
         if self.staged:
             parts.append(_count_of(self.staged, "Instance") + " on an older revision")
         if self.failed:
@@ -189,6 +190,8 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, fi
     replica = sim.get_object(INFERENCE_REPLICA, namespace, replica_name(isvc, name))
     if replica is None or not rows or not isinstance(revision, str):
         return None
+    if _as_replayed(replica, rows, state.get("revisionRetries") or {}, revision):
+        return None  # the replay already stands as the report says: nothing to put back
     base = build_desired(item.service.data, item.runtime.data if item.runtime else None,
                          item.lifecycle, [], None, item.operator)
     labels = {LABEL_ISVC: isvc, LABEL_COMPONENT: name}
@@ -226,6 +229,19 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, fi
     _count(seeded, rows, state.get("revisionRetries") or {}, revision, replica)
     return _Component(namespace, replica, revision, _shifted(state.get("instances"), shift),
                       _shifted(state.get("revisionRetries") or {}, shift), pods, faults)
+
+
+def _as_replayed(replica: dict, rows: list[dict], retries: dict, revision: str) -> bool:
+    """Whether the replayed component already is what the report says: every Instance
+    Ready at rest on the revision the replay made, at the same indices, nothing held.
+    Most of a fleet is, and is left as replayed (its pods are not made again)."""
+    if revision != (replica.get("spec") or {}).get("revision") or retries:
+        return False
+    replayed = {row["index"] for row in decode_rows((replica.get("status") or {}).get(
+        "instances"))}
+    return replayed == {row["index"] for row in rows} and all(
+        row["phase"] == "Ready" and not row.get("operation") and row["revision"] == revision
+        and not row.get("lastFailure") and not row.get("avoidNodes") for row in rows)
 
 
 def _pod(base: DesiredComponent, row: dict, entry: dict,

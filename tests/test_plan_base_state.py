@@ -128,7 +128,7 @@ def test_the_plan_moves_what_the_job_then_moves(tmp_path, cli, capsys):
     code, out, err = cli("plan", "--repo", str(repo / "manifests"), "--base", "main",
                          "--json-out", str(plan_json))
     assert code == 0, err
-    assert "Started from the job's report: 4 components seeded as the job last saw it" in out
+    assert "Started from the job's report: 4 components put back as the job last saw it" in out
     plan = json.loads(plan_json.read_text())
     forecast = {(s["service"].split("/")[1], s["index"], s["operation"].split()[2])
                 for s in plan["forecast"]["spans"]}
