@@ -242,3 +242,33 @@ def test_a_submodule_not_checked_out_is_listed_and_refuses_pruning(tmp_path, cli
     code, _, err = reconcile(cli, repo, cluster, "--prune")
     assert code == 1 and "refusing to prune" in err
     assert "llama-chat-engine-0-default-0" in state(cluster)["pods"]
+
+
+def test_a_gang_torn_down_in_the_middle_of_a_surge_builds_nothing(tmp_path, cli):
+    """A gang removed while its SurgeThenDrain update was in flight, its revisions gone
+    with its namespace: the teardown ends the update where it stands and deletes every
+    Instance. It used to carry the surge on, and failed every pass to build the
+    replacement's pods from templates no longer stored (KeyError: 'leader')."""
+    from omegitops.lifecycle.replica import decode_rows
+
+    repo, cluster = setup(tmp_path, cli)
+    runtime = repo / "runtimes" / "srt-deepseek-rdma.yaml"
+    runtime.write_text(runtime.read_text().replace("cu129", "cu130"))
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}")
+    assert code == 0, err
+    with SimCluster(cluster) as sim:
+        replica = sim.get_object("InferenceReplica", "deepseek-r1", "deepseek-r1-engine")
+        modes = {(r.get("operation") or {}).get("mode")
+                 for r in decode_rows(replica["status"]["instances"])}
+        assert "Surge" in modes, modes
+        for revision in sim.list_objects("ControllerRevision"):
+            if revision["metadata"]["namespace"] == "deepseek-r1":
+                sim.delete_object("ControllerRevision", "deepseek-r1",
+                                  revision["metadata"]["name"])
+    (repo / "services" / "deepseek-r1" / "deepseek-r1.yaml").unlink()
+    code, _, err = reconcile(cli, repo, cluster, "--prune")
+    assert code == 0, err
+    assert "teardown not planned" not in err
+    after = state(cluster)
+    assert not [p for p in after["pods"] if p.startswith("deepseek-r1-")]
+    assert "deepseek-r1-engine" not in after["ireps"]

@@ -128,6 +128,11 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             continue
         if row.get("operation") or row.get("rebuild"):
             work.moved.add(index)
+        if desired.teardown and row.get("phase") != DELETING:
+            # A removed component goes whole, whatever its Instances were doing: nothing
+            # is built for it any more, and its templates may be gone with its revisions.
+            open_delete(work, row, "the repository no longer has its component (--prune)")
+            continue
         if _advance(work, row) == GONE:
             del work.rows[index]
     _release_orphaned_replacements(work)

@@ -11,6 +11,7 @@ next pass carries on from, within the run's pace, under the one Lease.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -18,11 +19,36 @@ import time
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from conftest import JOB_NAMESPACE, JOB_USER
+import pytest
+from conftest import GPUS, JOB_NAMESPACE, JOB_USER, NODES, PIPELINES, build_control_plane
+from controlplane import ControlPlane
 from test_job import LEASE, small_repo
 
 from omegitops.cluster.base import INFERENCE_REPLICA
 from tests.fleet import write_service
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory):
+    """A control plane of this module's own: its kube-apiserver is killed and started
+    again, which the session's other tests must not meet (KWOK and the controllers find
+    it again, but a namespace being deleted at that moment may stall)."""
+    if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip":
+        pytest.skip("OMEGITOPS_CONTROLPLANE=skip")
+    with ControlPlane(build_control_plane(), tmp_path_factory.mktemp("restartable")) as cp:
+        cp.add_nodes(NODES, gpus=GPUS)
+        cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml"])
+        cp.create_namespace(JOB_NAMESPACE)
+        cp.apply_file(PIPELINES / "rbac.yaml")
+        cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
+        yield cp
+
+
+@pytest.fixture
+def namespace(control_plane):
+    control_plane.create_namespace("faults", wait=True)
+    yield "faults"
+    control_plane.delete("v1", "Namespace", None, "faults")
 
 
 def _job(cp, repo, seconds: int) -> subprocess.Popen:
