@@ -155,6 +155,25 @@ def audited(ome_crds, tmp_path):
          "image: docker.io/lmsysorg/sglang:v0.5.5.post3-cu129-amd64",
          "image: docker.io/lmsysorg/sglang:v0.5.6-cu129-amd64")
     reconcile()
+    # A stranger's pod (not labelled as omegitops') holds the name of the Instance a
+    # scale-up creates: the create is refused, the pod read by name and named, never
+    # taken over. Then it goes, and the Instance is made.
+    stranger = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "qwen3-0-6b-engine-2-default-0", "namespace": "qwen3-0-6b"},
+                "spec": {"containers": [{"name": "main", "image": "busybox:1"}],
+                         "schedulingGates": [{"name": "omegitops.test/hold"}]}}
+    cp.apply(stranger)
+    edit(qwen, "minReplicas: 2\n    maxReplicas: 2", "minReplicas: 3\n    maxReplicas: 3")
+    refused = run_job(cp, ["omegitops", "reconcile", "--repo", str(repo), "--cluster", "kube"],
+                      tmp_path)
+    assert "NameTaken" in refused.stderr or "is held by" in refused.stderr or \
+        "not omegitops" in refused.stderr, refused.stderr[-2000:]
+    core.delete_namespaced_pod("qwen3-0-6b-engine-2-default-0", "qwen3-0-6b",
+                               grace_period_seconds=0)
+    cp.wait_for(lambda: cp.get("v1", "Pod", "qwen3-0-6b", "qwen3-0-6b-engine-2-default-0")
+                is None, 60, "the stranger's pod gone")
+    edit(qwen, "minReplicas: 3\n    maxReplicas: 3", "minReplicas: 2\n    maxReplicas: 2")
+    reconcile()
     # A service removed from the repository, torn down with --prune.
     (repo / "services" / "llama-demo" / "llama-chat.yaml").unlink()
     reconcile("--prune")

@@ -429,7 +429,7 @@ class KubeCluster(Cluster):
         stored = self._events.get(key)
         if stored is None:
             try:
-                return self._remember(key, self._create(
+                return self._remember_event(key, self._create(
                     resource, events.new_event(event, namespace, self.now())))
             except AlreadyExists:
                 # An earlier occurrence, or our own POST whose answer was lost before the
@@ -438,7 +438,7 @@ class KubeCluster(Cluster):
         if already_counted(stored, event):
             return None
         try:
-            return self._remember(key, self._patch(
+            return self._remember_event(key, self._patch(
                 resource, namespace, name, events.repeat_patch(stored, event, self.now()),
                 MERGE_PATCH))
         except NotFound:
@@ -446,7 +446,7 @@ class KubeCluster(Cluster):
             self._events.pop(key, None)
             return self.record_event(event)
 
-    def _remember(self, key: tuple[str, str], stored: dict) -> dict:
+    def _remember_event(self, key: tuple[str, str], stored: dict) -> dict:
         """An Event as this run last wrote it, for the next repeat's patch."""
         if len(self._events) >= MAX_REMEMBERED_EVENTS:
             self._events.pop(next(iter(self._events)))
