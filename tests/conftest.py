@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from omegitops.cli import main
+
+# The load memo (omegitops/manifests/memo.py) of this test session, shared by its
+# in-process and subprocess runs alike, never the developer's own cache folder.
+os.environ.setdefault("OMEGITOPS_CACHE_DIR", tempfile.mkdtemp(prefix="omegitops-cache-"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"

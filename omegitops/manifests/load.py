@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from omegitops.copying import Packed
 from omegitops.gcpause import without_gc_pauses
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import ComponentLifecycle, components_of, dig, resolve_component
+from omegitops.manifests.memo import default_cache_dir, memo_for
 from omegitops.manifests.operator_values import read_operator_values
 from omegitops.manifests.repository import (
     DEFAULT_VALUES_FILE,
@@ -31,17 +33,22 @@ class Loaded:
 
 @without_gc_pauses
 def load(root: Path | str, values_file: str | None = None,
-         owns: Callable[[str], bool] | None = None) -> Loaded:
+         owns: Callable[[str], bool] | None = None,
+         cache_dir: Path | None | Literal["default"] = "default") -> Loaded:
     """Load and validate a repository; OperatorConfigError stops everything first.
     ``owns`` keeps the services of those namespaces only (``--shard``): a file whose
     objects are all in other namespaces is not read (when the pre-scan can tell), and
-    only those services are validated and resolved."""
+    only those services are validated and resolved. What was found for inputs seen
+    before is taken from the load memo of ``cache_dir`` (``memo.py``; None: this
+    process's memo alone), and what is new is added to it."""
     root = Path(root)
     operator, values_path = read_operator_values(root, values_file)
     skip = values_file if values_file and not Path(values_file).is_absolute() \
         else DEFAULT_VALUES_FILE
-    repo = read_repository(root, skip, owns)
-    result = validate_repository(repo, operator, owns)
+    memo = memo_for(default_cache_dir() if cache_dir == "default" else cache_dir)
+    repo = read_repository(root, skip, owns, memo)
+    result = validate_repository(repo, operator, owns, memo)
+    memo.save()
     # Every error is placed: the node trees (a tenth of a big pass's memory) can go.
     repo.release_nodes()
     return Loaded(root, operator, values_path, repo, result)

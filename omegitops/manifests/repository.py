@@ -17,6 +17,7 @@ from typing import Any
 from omegitops.files import shown_path
 from omegitops.ids import ResourceId
 from omegitops.manifests.jsonvalues import normalize_json
+from omegitops.manifests.memo import LoadMemo, content_key
 from omegitops.manifests.prescan import file_namespaces
 from omegitops.manifests.yamlfile import (
     Document,
@@ -24,6 +25,7 @@ from omegitops.manifests.yamlfile import (
     list_items,
     load_documents,
     load_text,
+    node_at,
     read_limited,
     yaml_type,
 )
@@ -90,6 +92,9 @@ class Manifest:
     id: ResourceId
     path: str
     doc: Document
+    # (the file's content key, its place among the file's objects): what the load memo
+    # knows it by; None for a file read apart from the memo.
+    source: tuple[str, int] | None = None
 
     @property
     def data(self) -> dict[str, Any]:
@@ -244,10 +249,12 @@ def _unread_reason(path: Path) -> str | None:
 
 
 def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE,
-                    owns: Callable[[str], bool] | None = None) -> Repository:
+                    owns: Callable[[str], bool] | None = None,
+                    memo: LoadMemo | None = None) -> Repository:
     """Load and classify every manifest under ``root``. With ``owns`` (a ``--shard``'s
     namespaces), a file whose objects are all in other namespaces is left unread,
-    when the pre-scan (``prescan.py``) can tell that much from its documents' heads."""
+    when the pre-scan (``prescan.py``) can tell that much from its documents' heads.
+    ``memo`` gives the documents of files read cleanly before (``memo.py``)."""
     root = Path(root)
     repo = Repository(root=root)
     if not root.is_dir():
@@ -257,7 +264,7 @@ def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE,
     repo.errors.extend(unread)
     within = Within(root)
     for path in files:
-        _read_file(repo, path, owns, within)
+        _read_file(repo, path, owns, within, memo)
     return repo
 
 
@@ -290,7 +297,7 @@ LFS_POINTER = "version https://git-lfs.github.com/spec/v1"
 
 
 def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
-               within: Within) -> None:
+               within: Within, memo: LoadMemo | None = None) -> None:
     rel = shown_path(path.relative_to(repo.root).as_posix())
     repo.files += 1
     if within.outside(path):
@@ -299,7 +306,8 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
                                                     "repository; not read"))
         return
     try:
-        text = load_text(read_limited(path))
+        raw = read_limited(path)
+        text = load_text(raw)
         if text.startswith(LFS_POINTER):
             repo.errors.append(ManifestError(rel, 1, (
                 "a Git LFS pointer, not the manifest itself: the clone has no LFS objects "
@@ -311,6 +319,11 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
                 repo.files -= 1  # not this shard's: counted apart
                 repo.other_shards_files += 1
                 return
+        key = content_key(raw) if memo is not None else None
+        remembered = memo.documents(key) if memo is not None and key is not None else None
+        if remembered is not None:
+            _classify_remembered(repo, rel, text, key, remembered)
+            return
         documents = list(load_documents(text))
     except YamlError as err:
         repo.errors.append(ManifestError(rel, err.line, err.message))
@@ -318,12 +331,36 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
     except OSError as err:
         repo.errors.append(ManifestError(rel, None, f"cannot read: {err.strerror}"))
         return
+    errors, manifests = len(repo.errors), len(repo.manifests)
+    clean = True
     for doc in documents:
-        for item in list_items(doc) or [doc]:
+        items = list_items(doc)
+        clean = clean and items is None and doc.non_string_key is None
+        for item in items or [doc]:
             _classify(repo, rel, item)
+    if memo is None or key is None:
+        return
+    for place, manifest in enumerate(repo.manifests[manifests:]):
+        manifest.source = (key, place)
+    if clean and len(repo.errors) == errors:
+        # Read cleanly: the next run takes its documents (normalised) from the memo.
+        memo.remember_documents(key, [(doc.index, doc.line, doc.data) for doc in documents])
 
 
-def _classify(repo: Repository, rel: str, doc: Document) -> None:
+def _classify_remembered(repo: Repository, rel: str, text: str, key: str,
+                         remembered: list[tuple[int, int, Any]]) -> None:
+    """Classify a file's documents as the memo gives them: each read cleanly (its keys
+    strings, its values JSON's, made so by ``normalize_json`` before it was kept)."""
+    manifests = len(repo.manifests)
+    for index, line, data in remembered:
+        doc = Document(index, data, None, first_line=line,
+                       compose=lambda index=index: node_at(text, index))
+        _classify(repo, rel, doc, normalized=True)
+    for place, manifest in enumerate(repo.manifests[manifests:]):
+        manifest.source = (key, place)
+
+
+def _classify(repo: Repository, rel: str, doc: Document, normalized: bool = False) -> None:
     data = doc.data
     if not isinstance(data, dict):
         found = type(data).__name__
@@ -378,7 +415,7 @@ def _classify(repo: Repository, rel: str, doc: Document) -> None:
             _clip(f"{kind} {name}: key {key.value!r} is read as {_a(yaml_type(key))}, not a "
                   f"string; quote it", MAX_SHOWN["message"])))
         return
-    problems = normalize_json(data)
+    problems = [] if normalized else normalize_json(data)
     if problems:
         # PyYAML builds a date or bytes from an unquoted 2024-01-01 or a !!binary, but
         # no Kubernetes object can hold one: the API only speaks JSON.

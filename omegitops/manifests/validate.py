@@ -31,6 +31,7 @@ from omegitops.lifecycle.resolve import (
     resolve_mode,
 )
 from omegitops.lifecycle.templates import LEADER, WORKER
+from omegitops.manifests.memo import LoadMemo, content_key
 from omegitops.manifests.plannable import component_errors, lifecycle_blocks, value_errors
 from omegitops.manifests.repository import (
     CLUSTER_SERVING_RUNTIME,
@@ -350,8 +351,52 @@ def _duplicate_message(copies: list[Manifest], copy: Manifest) -> str:
     return f"duplicate object, also defined at {shown}" + (f" and {more} more" if more else "")
 
 
+def _own_errors(manifest: Manifest, memo: LoadMemo | None) -> list[ManifestError]:
+    """A manifest's checks of its own: the schema, budgets over 100%, its values."""
+    if memo is not None and memo.own_checks_passed(manifest.source):
+        return []
+    own = schema_errors(manifest) or percentage_errors(manifest) or value_errors(manifest)
+    if not own and memo is not None:
+        memo.remember_own_checks_passed(manifest.source)
+    return own
+
+
+def _service_errors(service: Manifest, runtime: Manifest | None, runtimes: dict,
+                    operator: OperatorSettings, warnings: list[ManifestError],
+                    resolved: dict, memo: LoadMemo | None, settings: str,
+                    ) -> tuple[list[ManifestError], bool]:
+    """``service_errors`` and whether the service is managed, answered by the memo when
+    the service, its runtime and the operator settings are as they were when it last
+    passed."""
+    key = _service_key(service, runtime, settings) if memo is not None else None
+    known = memo.service(key) if memo is not None else None
+    if known is not None:
+        regrets, found, managed = known
+        warnings.extend(regrets)
+        resolved.update(found)
+        return [], managed
+    problems = service_errors(service, runtime, runtimes, operator, warnings, resolved)
+    managed = not problems and _is_managed(service, runtime, operator)
+    if not problems and memo is not None:
+        memo.remember_service(key, (warnings, resolved, managed))
+    return problems, managed
+
+
+def _service_key(service: Manifest, runtime: Manifest | None, settings: str) -> str | None:
+    """What a service's checks read: the service and its runtime (each its file's
+    content, its place there and the file's path, which errors name) and the operator
+    settings (``settings``: their repr)."""
+    if service.source is None or (runtime is not None and runtime.source is None):
+        return None
+    parts = (service.source, service.path, service.id,
+             runtime.source if runtime else None, runtime.path if runtime else None,
+             runtime.id if runtime else None, settings)
+    return content_key(repr(parts).encode())
+
+
 def validate_repository(repo: Repository, operator: OperatorSettings,
-                        owns: Callable[[str], bool] | None = None) -> ValidationResult:
+                        owns: Callable[[str], bool] | None = None,
+                        memo: LoadMemo | None = None) -> ValidationResult:
     """Validate every manifest of ``repo``; pure apart from reading the schemas.
 
     Two definitions of one object are an error when omegitops would have to
@@ -361,6 +406,9 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
 
     ``owns`` (a ``--shard``'s namespaces) leaves the services of other namespaces
     out: neither checked nor in the catalog; their own shard checks them.
+
+    ``memo`` answers the checks of one object, or of a service with its runtime, that
+    passed before on the same input (``memo.py``).
     """
     errors = list(repo.errors)
     warnings: list[ManifestError] = []
@@ -372,8 +420,7 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
         if owns is not None and manifest.id.kind == INFERENCE_SERVICE \
                 and not owns(manifest.id.namespace):
             continue
-        own = schema_errors(manifest) or percentage_errors(manifest) or \
-            value_errors(manifest)
+        own = _own_errors(manifest, memo)
         if own:
             errors.extend(own)
         elif copies[manifest.id][0] is manifest:
@@ -385,12 +432,13 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
     valid = []
     resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] = {}
     ambiguous: set[ResourceId] = set()
+    settings = repr(operator)  # what the memo's service keys read of the settings
     for service in (m for m in candidates if m.id.kind == INFERENCE_SERVICE):
         runtime = catalog.runtime_for(service)
         regrets: list[ManifestError] = []
         found: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] = {}
-        problems = service_errors(service, runtime, all_runtimes, operator, regrets, found)
-        managed = not problems and _is_managed(service, runtime, operator)
+        problems, managed = _service_errors(service, runtime, all_runtimes, operator,
+                                            regrets, found, memo, settings)
         if len(copies[service.id]) > 1 and (managed or any(
                 _is_managed(copy, catalog.runtime_for(copy), operator)
                 for copy in copies[service.id][1:])):

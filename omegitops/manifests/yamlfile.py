@@ -7,8 +7,8 @@ cross-object check) can be traced back to its line without parsing twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +67,28 @@ class Document:
     # The first mapping key YAML reads as something else than a string (found by the
     # same walk that checks the tree): see ``non_string_key``.
     non_string_key: yaml.ScalarNode | None = None
+    # A document read from the load memo (``memo.py``) has no tree, only its line and a
+    # way to compose the tree again, should an error need a field's line.
+    first_line: int | None = None
+    compose: Callable[[], yaml.Node | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.line = self.node.start_mark.line + 1 if self.node is not None else 1
+        if self.first_line is not None:
+            self.line = self.first_line
+        else:
+            self.line = self.node.start_mark.line + 1 if self.node is not None else 1
 
     def release(self) -> None:
         self.node = None
+        self.compose = None
 
     def line_of(self, path: tuple[str | int, ...]) -> int:
         """Line of the deepest field along ``path``: the line of its key (a
         nested mapping starts on the line after), or of a list item. A field
         that is absent reports its parent's line, where it would have to go.
         After ``release``, the document's line."""
+        if self.node is None and self.compose is not None:
+            self.node, self.compose = self.compose(), None
         if self.node is None:
             return self.line
         node, line = self.node, self.line
@@ -159,6 +169,26 @@ def load_documents(text: str) -> Iterator[Document]:
                             default=None)
                 yield Document(index=index, data=data, node=node, non_string_key=first)
             index += 1
+    finally:
+        loader.dispose()
+
+
+def node_at(text: str, index: int) -> yaml.Node | None:
+    """The node tree of the document ``load_documents`` numbered ``index``: for a
+    document read from the memo, whose tree was not kept."""
+    loader = _Loader(text)
+    try:
+        seen = 0
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            if seen == index:
+                return node
+            seen += 1
+        return None
+    except yaml.YAMLError:
+        return None
     finally:
         loader.dispose()
 

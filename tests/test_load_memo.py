@@ -1,0 +1,118 @@
+"""The load memo (omegitops/manifests/memo.py): what loading found for inputs seen
+before is reused, and only for exactly those inputs."""
+
+from __future__ import annotations
+
+import shutil
+
+from conftest import EXAMPLES, RUNTIME, SERVICE, write_repo
+
+from omegitops.manifests import memo as memo_module
+from omegitops.manifests.load import load, resolved_components
+from omegitops.manifests.memo import FILE_NAME, memo_for
+
+
+def _seen(loaded):
+    """All a load found, as comparable values."""
+    result = loaded.result
+    return ([str(e) for e in result.errors], [str(w) for w in result.warnings],
+            sorted((str(k), v[0], v[1].unpack()) for k, v in result.resolved.items()),
+            [(s.path, s.line, s.kind) for s in loaded.repo.skipped])
+
+
+def _fresh(tmp_path, name="cache"):
+    """A memo folder no earlier test used, read anew (as the next run's process does)."""
+    folder = tmp_path / name
+    memo_module._MEMOS.pop(folder.resolve(), None)
+    return folder
+
+
+def test_a_second_run_finds_the_same_from_the_memo(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    cache = _fresh(tmp_path)
+    first = load(repo, cache_dir=cache)
+    assert (cache / FILE_NAME).is_file()
+    after_first = memo_for(cache)
+    assert after_first.hits == 0 and after_first.misses > 0
+
+    cache = _fresh(tmp_path)  # the next run: a new process reads the memo's file
+    second = load(repo, cache_dir=cache)
+    assert memo_for(cache).hits == after_first.misses
+    assert memo_for(cache).misses == 0
+    assert _seen(second) == _seen(first)
+    assert [c.lifecycle for c in resolved_components(second)] == \
+        [c.lifecycle for c in resolved_components(first)]
+    uncached = load(repo, cache_dir=None)
+    assert _seen(uncached) == _seen(first)
+
+
+def test_an_error_on_a_remembered_file_names_its_field_line(tmp_path):
+    """The service's file is read from the memo (no node tree), yet the error the
+    runtime's removal causes names spec.runtime.name's own line."""
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": RUNTIME,
+                                          "svc.yaml": "# a comment\n" + SERVICE.lstrip()})
+    cache = _fresh(tmp_path)
+    assert load(repo, cache_dir=cache).result.ok
+    (repo / "runtime.yaml").unlink()
+    cache = _fresh(tmp_path)
+    loaded = load(repo, cache_dir=cache)
+    assert memo_for(cache).hits == 1  # svc.yaml
+    [error] = loaded.result.errors
+    line = (repo / "svc.yaml").read_text().splitlines().index("    name: srt-small") + 1
+    assert (error.path, error.line, error.field) == ("svc.yaml", line, "spec.runtime.name")
+
+
+def test_a_changed_input_is_found_anew(tmp_path):
+    """The runtime's image, the operator settings and the file's bytes each make a new
+    key: nothing found for the old input stands for the new one."""
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": RUNTIME, "svc.yaml": SERVICE})
+    cache = _fresh(tmp_path)
+    before = resolved_components(load(repo, cache_dir=cache))
+    (repo / "runtime.yaml").write_text(RUNTIME.replace("v0.5.5", "v0.5.6"))
+    after = resolved_components(load(repo, cache_dir=_fresh(tmp_path)))
+    image = [c.templates["default"]["spec"]["containers"][0]["image"] for c in (before + after)]
+    assert image == ["docker.io/lmsysorg/sglang:v0.5.5", "docker.io/lmsysorg/sglang:v0.5.6"]
+
+    (repo / "ome-values.yaml").write_text(
+        "ome:\n  controller:\n    updateStrategy:\n      engine:\n        maxSurge: 2\n")
+    surged = resolved_components(load(repo, cache_dir=_fresh(tmp_path)))
+    assert surged[0].lifecycle.fields["updateStrategy.rollingUpdate.maxSurge"].value == 2
+
+    (repo / "svc.yaml").write_text(SERVICE.replace("minReplicas: 2", "minReplicas: -1"))
+    broken = load(repo, cache_dir=_fresh(tmp_path))
+    assert [e.field for e in broken.result.errors] == ["spec.engine.minReplicas"]
+
+
+def test_a_memo_from_other_code_or_a_damaged_one_is_not_read(tmp_path, monkeypatch):
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": RUNTIME, "svc.yaml": SERVICE})
+    cache = _fresh(tmp_path)
+    load(repo, cache_dir=cache)
+    monkeypatch.setattr(memo_module, "_CODE", "another version")
+    cache = _fresh(tmp_path)
+    load(repo, cache_dir=cache)
+    assert memo_for(cache).hits == 0
+    monkeypatch.undo()
+
+    (cache / FILE_NAME).write_bytes(b"\x80\x05not a pickle")
+    cache = _fresh(tmp_path)
+    assert load(repo, cache_dir=cache).result.ok
+    assert memo_for(cache).hits == 0
+    # A folder the run cannot write only costs the work the memo would have saved.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the folder would be")
+    memo_module._MEMOS.pop(blocked.resolve(), None)
+    assert load(repo, cache_dir=blocked).result.ok
+
+
+def test_a_file_read_with_errors_is_never_remembered(tmp_path):
+    """A file with an error is read (and its error placed) anew each run."""
+    repo = write_repo(tmp_path / "repo", {
+        "runtime.yaml": RUNTIME, "svc.yaml": SERVICE,
+        "bad.yaml": "apiVersion: ome.io/v1beta1\nkind: InferenceService\nmetadata:\n"
+                    "  name: x\n  labels: {1: a}\n"})
+    for _ in range(2):
+        cache = _fresh(tmp_path)
+        loaded = load(repo, cache_dir=cache)
+        assert [(e.path, e.line) for e in loaded.result.errors] == [("bad.yaml", 5)]
+    assert memo_for(cache).hits == 2  # runtime.yaml and svc.yaml, not bad.yaml
