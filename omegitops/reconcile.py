@@ -334,7 +334,7 @@ def plan_item(seen: Observation, item: ServiceComponent,
     observed = seen.component(*component_key(item))
     desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
                             item.lifecycle, observed.revisions, observed.replica,
-                            item.operator, item.templates)
+                            item.operator, item.templates, item.revision_hash)
     if is_converged(desired, observed):
         return desired, observed, converged_plan(desired, observed)
     return desired, observed, plan_component(desired, observed, now)

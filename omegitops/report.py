@@ -164,7 +164,8 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
     if replica is None:
         return {**base, **_missing(name, lifecycle.replicas, lifecycle.min_ready_seconds)}
     view = replica_view(replica)
-    rows = instance_rows(replica)
+    decoded = decode_rows((replica.get("status") or {}).get("instances"))
+    rows = instance_rows(replica, decoded)
     mine = [v for v in events if about_component(v, lifecycle.component)]
     health, reason = component_health(view, rows, mine, now)
     return {
@@ -184,7 +185,7 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
         "conditions": unhealthy_conditions(view["conditions"]),
         # What plan --base starts from: the Instances as stored, which no replay of the
         # manifests can show (a partition, a held or failed revision, a pinned runtime).
-        "state": instance_state(replica),
+        "state": instance_state(replica, decoded),
     }
 
 
@@ -194,13 +195,16 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
 STATE_POD_FIELDS = ("name", "runner", "ordinal", "ready", "serving")
 
 
-def instance_state(replica: dict) -> dict[str, Any]:
+def instance_state(replica: dict, decoded: list[dict] | None = None) -> dict[str, Any]:
     """The InferenceReplica's rows and revision retries, as ``plan --base`` seeds a
     simulated cluster with them; rows re-encoded in the smaller encoding, whichever one
-    the status had, with their pods cut to ``STATE_POD_FIELDS``."""
+    the status had, with their pods cut to ``STATE_POD_FIELDS`` (``decoded``: the rows,
+    when the caller has decoded them already; they are not changed)."""
     status = replica.get("status") or {}
+    if decoded is None:
+        decoded = decode_rows(status.get("instances"))
     rows = []
-    for row in sorted(decode_rows(status.get("instances")), key=lambda r: r["index"]):
+    for row in sorted(decoded, key=lambda r: r["index"]):
         # An absent field and a null one are the same row (ColumnarV2 keeps no nulls).
         kept = {k: row[k] for k in sorted(row)
                 if row[k] is not None or k in ("operation", "lastFailure")}

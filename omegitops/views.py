@@ -39,9 +39,11 @@ def replica_view(replica: dict) -> dict[str, Any]:
     }
 
 
-def instance_rows(replica: dict) -> list[dict[str, Any]]:
-    """``instance list -o json``: the Instance rows, whichever encoding stored them."""
-    rows = decode_rows((replica.get("status") or {}).get("instances"))
+def instance_rows(replica: dict, decoded: list[dict] | None = None) -> list[dict[str, Any]]:
+    """``instance list -o json``: the Instance rows, whichever encoding stored them
+    (``decoded``: the replica's rows, when the caller has decoded them already)."""
+    rows = decoded if decoded is not None else \
+        decode_rows((replica.get("status") or {}).get("instances"))
     out = []
     for row in sorted(rows, key=lambda r: r.get("index", 0)):
         out.append({

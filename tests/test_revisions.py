@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from omegitops.cluster.sim import SimCluster
 from omegitops.copying import Packed
@@ -454,3 +457,32 @@ def test_an_in_place_update_cut_before_its_patch_is_stored_first_and_never_finis
     [pod] = scenario.pods()
     assert row["phase"] == "Ready" and row["revision"] == target == P.revision_of(pod)
     assert pod["spec"]["containers"][0]["image"] == "sglang:v3"
+
+
+# -- the smaller encoding, chosen without writing both ------------------------------
+
+_ROW_VALUES = st.one_of(st.none(), st.integers(), st.text(max_size=5),
+                        st.lists(st.integers(), max_size=2),
+                        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@settings(deadline=None)  # a shared machine's pauses are no failure
+@given(st.lists(st.dictionaries(st.sampled_from(
+    ["index", "incarnation", "phase", "pods", "operation", "lastFailure", "é\"\\k"]),
+    _ROW_VALUES), min_size=1, max_size=6))
+def test_encode_rows_keeps_the_shorter_json(rows):
+    """encode_rows counts the characters ColumnarV2 saves instead of writing both forms:
+    the count is exact, so the form kept is the one whose compact JSON is shorter."""
+    def size(value):
+        return len(json.dumps(value, separators=(",", ":")))
+
+    encoded = encode_rows(rows)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    columnar = {"encoding": "ColumnarV2", "columns": columns,
+                "rows": [[row.get(c) for c in columns] for row in rows]}
+    assert encoded in (rows, columnar)
+    assert size(encoded) == min(size(rows), size(columnar))
+    if size(columnar) < size(rows):
+        assert encoded == columnar
+    else:
+        assert encoded == rows

@@ -59,7 +59,8 @@ def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
         "revisions": _versions(observed.revisions),
         "podgroups": None if observed.podgroups is None else _versions(observed.podgroups),
     }
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str,
+                      check_circular=False)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -19,6 +19,7 @@ def build_desired(
     replica: dict | None,
     operator: OperatorSettings | None = None,
     templates: dict[str, dict] | None = None,
+    templates_hash: str | None = None,
 ) -> DesiredComponent:
     """Render the component's templates; pure.
 
@@ -30,7 +31,8 @@ def build_desired(
     move the pin", the runtime's lifecycle as well as its templates.
 
     ``templates``, when given, are the ones rendered from the live runtime (by
-    validation); they stand unless a pinned runtime has drifted.
+    validation); they stand unless a pinned runtime has drifted, and so does their
+    revision hash ``templates_hash`` (computed with them) when given.
     """
     component = lifecycle.component
     key = RUNTIME_CONFIG[component]
@@ -50,7 +52,7 @@ def build_desired(
     # dicts and copies leaves), and a deep copy of the whole runtime per component was
     # over a third of a pass's planning time on a 1,000-service fleet.
     if templates is None or drifted:
-        templates = render_templates(isvc, source, lifecycle)
+        templates, templates_hash = render_templates(isvc, source, lifecycle), None
     meta = isvc.get("metadata") or {}
     name = meta["name"]
     return DesiredComponent(
@@ -59,7 +61,7 @@ def build_desired(
         component=component,
         lifecycle=lifecycle,
         templates=templates,
-        revision=revision_name(name, component, templates),
+        revision=revision_name(name, component, templates, templates_hash),
         # Shared with the loaded manifest, read-only: revision_object copies it when a
         # revision is stored (once per template change, not on every pass).
         runtime_config=config,

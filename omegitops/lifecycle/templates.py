@@ -304,13 +304,15 @@ def _default_pull_policy(image: str) -> str:
 
 def revision_hash(templates: dict[str, dict]) -> str:
     """Eight hex digits of a stable hash of the normalized templates."""
-    canonical = json.dumps(templates, sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(templates, sort_keys=True, separators=(",", ":"), check_circular=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:8]
 
 
-def revision_name(isvc_name: str, component: str, templates: dict[str, dict]) -> str:
-    """``{isvc}-{component}-{8 hex}``: same manifests, same name; any template change, new name."""
-    return f"{isvc_name}-{component}-{revision_hash(templates)}"
+def revision_name(isvc_name: str, component: str, templates: dict[str, dict],
+                  digest: str | None = None) -> str:
+    """``{isvc}-{component}-{8 hex}``: same manifests, same name; any template change, new
+    name. ``digest`` is ``revision_hash(templates)`` when the caller already has it."""
+    return f"{isvc_name}-{component}-{digest or revision_hash(templates)}"
 
 
 def images_of(template: dict) -> dict[str, str]:

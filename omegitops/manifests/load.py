@@ -67,6 +67,8 @@ class ServiceComponent:
     # packed (a tenth of their size; a run holds them for every component), and
     # unpacked, a copy of its own, by each plan.
     rendered: Packed | None = None
+    # Their revision hash, computed with them.
+    revision_hash: str | None = None
 
     @property
     def templates(self) -> dict | None:
@@ -88,10 +90,9 @@ def resolved_components(loaded: Loaded) -> list[ServiceComponent]:
         for component in components_of(service.data, runtime_data):
             known = loaded.result.resolved.get((service.id, component))
             if known is not None:
-                lifecycle, rendered = known
+                out.append(ServiceComponent(service, runtime, known.lifecycle, loaded.operator,
+                                            known.templates, known.revision_hash))
             else:  # not OMENative: validation neither resolves nor renders it
-                lifecycle, rendered = resolve_component(
-                    service.data, runtime_data, component, loaded.operator), None
-            out.append(ServiceComponent(service, runtime, lifecycle, loaded.operator,
-                                        rendered))
+                out.append(ServiceComponent(service, runtime, resolve_component(
+                    service.data, runtime_data, component, loaded.operator), loaded.operator))
     return out

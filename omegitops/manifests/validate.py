@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from jsonschema.exceptions import ValidationError
 
@@ -30,7 +30,7 @@ from omegitops.lifecycle.resolve import (
     resolve_component,
     resolve_mode,
 )
-from omegitops.lifecycle.templates import LEADER, WORKER
+from omegitops.lifecycle.templates import LEADER, WORKER, revision_hash
 from omegitops.manifests.memo import LoadMemo, content_key
 from omegitops.manifests.plannable import component_errors, lifecycle_blocks, value_errors
 from omegitops.manifests.repository import (
@@ -60,6 +60,15 @@ class Catalog:
         return _find_runtime(self.runtimes, service)
 
 
+class Resolution(NamedTuple):
+    """What validation resolved and rendered for one OMENative component."""
+
+    lifecycle: ComponentLifecycle
+    templates: Packed
+    # The templates' revision hash (``templates.revision_hash``), computed once with them.
+    revision_hash: str
+
+
 @dataclass
 class ValidationResult:
     catalog: Catalog
@@ -68,8 +77,7 @@ class ValidationResult:
     warnings: list[ManifestError] = field(default_factory=list)
     # What validation resolved and rendered for each OMENative component of a valid
     # service, by (service id, component): planning uses it instead of doing it again.
-    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] = \
-        field(default_factory=dict)
+    resolved: dict[tuple[ResourceId, str], Resolution] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -144,7 +152,7 @@ def percentage_errors(manifest: Manifest) -> list[ManifestError]:
 def service_errors(
     service: Manifest, runtime: Manifest | None, runtimes: dict, operator: OperatorSettings,
     warnings: list[ManifestError] | None = None,
-    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] | None = None,
+    resolved: dict[tuple[ResourceId, str], Resolution] | None = None,
 ) -> list[ManifestError]:
     """Checks that need the service's runtime and the operator settings; what a valid
     OMENative component may do but will regret goes into ``warnings``, from the same
@@ -184,7 +192,8 @@ def service_errors(
             errors.extend(planned)
             continue
         if resolved is not None:
-            resolved[(service.id, component)] = (lifecycle, Packed(rendered["templates"]))
+            resolved[(service.id, component)] = Resolution(
+                lifecycle, Packed(rendered["templates"]), revision_hash(rendered["templates"]))
         errors.extend(_derived_name_errors(service, lifecycle))
         if warnings is not None:
             warnings.extend(_stuck_budget_warnings(service, lifecycle))
@@ -430,13 +439,13 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
                     if ids[0].id.kind != INFERENCE_SERVICE}
     catalog = Catalog(runtimes=runtimes)
     valid = []
-    resolved: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] = {}
+    resolved: dict[tuple[ResourceId, str], Resolution] = {}
     ambiguous: set[ResourceId] = set()
     settings = repr(operator)  # what the memo's service keys read of the settings
     for service in (m for m in candidates if m.id.kind == INFERENCE_SERVICE):
         runtime = catalog.runtime_for(service)
         regrets: list[ManifestError] = []
-        found: dict[tuple[ResourceId, str], tuple[ComponentLifecycle, Packed]] = {}
+        found: dict[tuple[ResourceId, str], Resolution] = {}
         problems, managed = _service_errors(service, runtime, all_runtimes, operator,
                                             regrets, found, memo, settings)
         if len(copies[service.id]) > 1 and (managed or any(

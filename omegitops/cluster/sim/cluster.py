@@ -298,11 +298,23 @@ class SimCluster(Cluster):
     def list_objects(self, kind: str, labels: dict[str, str] | None = None,
                      fields: dict[str, str] | None = None,
                      transform: Callable[[dict], dict] | None = None) -> list[dict]:
-        found = [o for o in self._kind(kind).values()
-                 if _labels_match(o, labels) and base.fields_match(o, fields)
-                 and self.in_scope(o)]
-        copies = clone_all(found)
-        return [transform(o) for o in copies] if transform else copies
+        found = list(self._kind(kind).values())
+        # Each filter only when asked for: a pass lists every managed object of a kind.
+        if labels:
+            found = [o for o in found if _labels_match(o, labels)]
+        if fields:
+            found = [o for o in found if base.fields_match(o, fields)]
+        if self.namespace_scope is not None:
+            found = [o for o in found if self.in_scope(o)]
+        if transform is None:
+            return clone_all(found)
+        # Cut first, then copy what is kept: a transform never changes what it is given
+        # (Cluster.list_objects), and a trimmed pod is a fraction of a whole one.
+        cut = [transform(o) for o in found]
+        try:
+            return clone_all(cut)
+        except ValueError:  # what marshal cannot copy (Packed) is a copy of its own
+            return [clone(o) for o in cut]
 
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict | None:
         obj = self._kind(kind).get(self._key(kind, namespace, name))
