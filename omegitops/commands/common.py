@@ -19,6 +19,24 @@ def add_repo_args(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="operator Helm values file (default: ome-values.yaml in the repository)",
     )
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="where to keep the load memo between runs (default: $OMEGITOPS_CACHE_DIR, "
+             "else ~/.cache/omegitops; an empty value keeps it in memory only)",
+    )
+
+
+def cache_dir(args: argparse.Namespace):
+    """``load``'s ``cache_dir`` from ``--cache-dir``: the default folder when not given,
+    None (this process's memo alone) when given empty."""
+    from pathlib import Path
+
+    chosen = getattr(args, "cache_dir", None)
+    if chosen is None:
+        return "default"
+    return Path(chosen) if chosen else None
 
 
 def print_json(data: Any) -> None:

@@ -31,6 +31,7 @@ from omegitops.cluster.base import Cluster
 from omegitops.cluster.sim import SimCluster
 from omegitops.commands.common import (
     add_repo_args,
+    cache_dir,
     output_file,
     print_errors,
     print_json,
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--base and --cluster are two answers to one question (what the "
                          "plan starts from): give one")
     args.cadence = cadence(args.schedule, args.job_seconds)
-    loaded = load(args.repo, args.operator_values)
+    loaded = load(args.repo, args.operator_values, cache_dir=cache_dir(args))
     print_errors(loaded.result.errors)
     for warning in loaded.result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -190,7 +191,7 @@ def _plan_from_base(args: argparse.Namespace, items: list[ServiceComponent], scr
                           args.report_branch)
     base_items: list[ServiceComponent] = []
     if base.present:
-        before = load(base.manifests, args.operator_values)
+        before = load(base.manifests, args.operator_values, cache_dir=cache_dir(args))
         base_items = resolved_components(before)
         if before.result.errors:
             print(f"warning: the base has {len(before.result.errors)} invalid object(s); "

@@ -14,7 +14,7 @@ from pathlib import Path
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.errors import LeaseLost, LockHeld
-from omegitops.commands.common import add_repo_args, print_errors, seconds
+from omegitops.commands.common import add_repo_args, cache_dir, print_errors, seconds
 from omegitops.commands.get import replica_table
 from omegitops.errors import InputError, UsageError
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
                              "was reconciled")
         if args.report_branch is not None:
             check_report_branch(repo, args.report_branch)
-        loaded = load(repo.manifests, args.operator_values, shard.owns if shard else None)
+        loaded = load(repo.manifests, args.operator_values, shard.owns if shard else None,
+                      cache_dir=cache_dir(args))
         print_errors(loaded.result.errors)
         items = resolved_components(loaded)
         if shard is not None:
@@ -111,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
             # A shard shares the simulated cluster with the others: size it for them all.
             _size_a_new_simulated_cluster(args.cluster, lambda: items if shard is None else
                                           resolved_components(load(repo.manifests,
-                                                                   args.operator_values)))
+                                                                   args.operator_values,
+                                                                   cache_dir=cache_dir(args))))
             code = _reconcile(args, loaded, items, report_dir, repo.shown, repo.revision,
                               shard)
         except LockHeld as err:

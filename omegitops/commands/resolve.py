@@ -6,7 +6,14 @@ import argparse
 import sys
 from typing import Any
 
-from omegitops.commands.common import add_repo_args, print_errors, print_json, print_yaml, table
+from omegitops.commands.common import (
+    add_repo_args,
+    cache_dir,
+    print_errors,
+    print_json,
+    print_yaml,
+    table,
+)
 from omegitops.lifecycle.resolve import DEFAULT
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
 
@@ -42,7 +49,7 @@ def component_view(item: ServiceComponent) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load(args.repo, args.operator_values)
+    loaded = load(args.repo, args.operator_values, cache_dir=cache_dir(args))
     items = resolved_components(loaded)
     views = [component_view(item) for item in items]
     if args.output == "json":

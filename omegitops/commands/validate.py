@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from omegitops.commands.common import add_repo_args, print_json, table
+from omegitops.commands.common import add_repo_args, cache_dir, print_json, table
 from omegitops.lifecycle.resolve import OMENATIVE, components_of, resolve_mode
 from omegitops.manifests.load import Loaded, load
 from omegitops.manifests.repository import INFERENCE_SERVICE
@@ -43,7 +43,7 @@ def _describe(modes: dict[str, str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load(args.repo, args.operator_values)
+    loaded = load(args.repo, args.operator_values, cache_dir=cache_dir(args))
     result = loaded.result
     modes = service_modes(loaded)
     valid = sorted(result.valid, key=lambda m: m.id)

@@ -57,7 +57,10 @@ def default_cache_dir() -> Path | None:
     if ENV_CACHE_DIR in os.environ:
         chosen = os.environ[ENV_CACHE_DIR]
         return Path(chosen) if chosen else None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    home = os.path.expanduser("~")
+    if not os.path.isabs(home):  # no home folder (a uid the image does not name)
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     return Path(base) / "omegitops"
 
 

@@ -33,7 +33,7 @@ import yaml
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.repository import manifest_files
 
-TARGET = 2.0
+TARGET = 3.0  # a converged pass at most 3x the parse floor, at 1,000 services
 
 
 def parse_only(root: Path) -> int:

@@ -124,7 +124,9 @@ def full_pass(root: Path, cluster, check_report: bool = False, owns=None) -> dic
     lap("resolve")
     result = run_pass(cluster, items)
     lap("observe_plan_apply")
-    replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
+    # As ``reconcile`` does: the InferenceReplicas as the pass left them, not a second LIST.
+    replicas = [result.replicas[key] for key in sorted(result.replicas)] \
+        if result.replicas is not None else cluster.list_objects(INFERENCE_REPLICA, MANAGED)
     events = report_events(cluster)
     report = build_report(loaded, replicas, events, cluster.now(), owns=owns)
     lap("report_build")
