@@ -49,6 +49,7 @@ def load(root: Path | str, values_file: str | None = None,
     repo = read_repository(root, skip, owns, memo)
     result = validate_repository(repo, operator, owns, memo)
     memo.save()
+    memo.release()
     # Every error is placed: the node trees (a tenth of a big pass's memory) can go.
     repo.release_nodes()
     return Loaded(root, operator, values_path, repo, result)

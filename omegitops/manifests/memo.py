@@ -103,10 +103,22 @@ class LoadMemo:
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
-        self._entries = _read(folder) if folder is not None else _Entries()
+        self._held: _Entries | None = None
         self._changed = False
         self.hits = 0
         self.misses = 0
+
+    @property
+    def _entries(self) -> _Entries:
+        if self._held is None:
+            self._held = _read(self.folder) if self.folder is not None else _Entries()
+        return self._held
+
+    def release(self) -> None:
+        """Let go of the entries once saved (a tenth of a big fleet's loaded repository):
+        the pass that follows needs none of them, and a later load reads them again."""
+        if self.folder is not None and not self._changed:
+            self._held = None
 
     # -- files --------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from conftest import JOB_NAMESPACE
 from test_job import example_namespaces, examples_with_short_windows, run_job
 
 from omegitops.cli import main as cli_main
+from omegitops.lifecycle.replica import decode_rows
 from omegitops.report import content_key
 
 # The examples' namespaces and InferenceServices in the API (test_job's fixture).
@@ -48,12 +49,22 @@ def test_two_shards_run_at_once_each_under_its_lease_and_merge(examples_in_clust
         assert not lease["spec"].get("holderIdentity")  # released at exit
     replicas = cp.list("ome.io/v1beta1", "InferenceReplica")
     assert {r["metadata"]["namespace"] for r in replicas} == set(example_namespaces())
-    unready = {r["metadata"]["name"]: (r["status"].get("instances"),
-                                       [(c["type"], c["status"], c.get("message"))
-                                        for c in r["status"].get("conditions", [])])
-               for r in replicas
-               if r["status"]["readyReplicas"] != r["spec"]["replicas"]}
-    assert not unready, (unready, logs)
+    unready = {r["metadata"]["name"]: (
+        [(row["index"], row["phase"], (row.get("operation") or {}).get("step"),
+          (row.get("operation") or {}).get("waiting"), row.get("lastFailure"))
+         for row in decode_rows(r["status"].get("instances"))],
+        [(c["type"], c["status"], c.get("message"))
+         for c in r["status"].get("conditions", []) if c["status"] != "False"])
+        for r in replicas if r["status"]["readyReplicas"] != r["spec"]["replicas"]}
+    if unready:
+        pods = [(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"),
+                 [(c["type"], c["status"], c.get("reason")) for c in
+                  p["status"].get("conditions") or []])
+                for namespace in example_namespaces() for p in cp.list("v1", "Pod", namespace)]
+        nodes = [(n["metadata"]["name"], [t["key"] for t in n["spec"].get("taints") or []],
+                  n["status"].get("allocatable", {}).get("nvidia.com/gpu"))
+                 for n in cp.list("v1", "Node")]
+        raise AssertionError(f"not ready: {unready}\npods: {pods}\nnodes: {nodes}\n{logs}")
 
     assert cli_main(["merge-reports", str(tmp_path / "reports"), "--expect", "2",
                      "--report-dir", str(tmp_path / "merged")]) == 0
