@@ -23,7 +23,7 @@ def _seen(loaded):
 def _fresh(tmp_path, name="cache"):
     """A memo folder no earlier test used, read anew (as the next run's process does)."""
     folder = tmp_path / name
-    memo_module._MEMOS.pop(folder.resolve(), None)
+    memo_module.forget(folder)
     return folder
 
 
@@ -101,7 +101,7 @@ def test_a_memo_from_other_code_or_a_damaged_one_is_not_read(tmp_path, monkeypat
     # A folder the run cannot write only costs the work the memo would have saved.
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the folder would be")
-    memo_module._MEMOS.pop(blocked.resolve(), None)
+    memo_module.forget(blocked)
     assert load(repo, cache_dir=blocked).result.ok
 
 

@@ -230,6 +230,12 @@ def _read(folder: Path) -> _Entries:
 _MEMOS: dict[Path | None, LoadMemo] = {}
 
 
+def forget(folder: Path | None) -> None:
+    """Drop the process's memo of ``folder`` (None: the in-memory one): the next load
+    starts from what the folder holds, as a new run's process does."""
+    _MEMOS.pop(folder.resolve() if folder is not None else None, None)
+
+
 def memo_for(folder: Path | None) -> LoadMemo:
     """The process's memo of ``folder`` (None: in memory only), read once."""
     key = folder.resolve() if folder is not None else None

@@ -100,14 +100,15 @@ def converged_fleet(workdir: Path | str, services: int) -> tuple[Path, Path, dic
     return root, cluster_path, counts
 
 
-def full_pass(root: Path, cluster, check_report: bool = False, owns=None) -> dict:
+def full_pass(root: Path, cluster, check_report: bool = False, owns=None,
+              cache_dir="default") -> dict:
     """One whole pass on an open cluster, as ``reconcile`` does it: load + validate,
     resolve, observe + plan + apply, then list what the report needs and build it.
 
     ``check_report`` adds what ``--report-dir`` does besides (the report checked against
     its schema, the Markdown rendered); files are never written. ``owns`` makes it a
-    ``--shard``'s pass (give the cluster the same ``namespace_scope``). Returns counts
-    and the seconds of each stage.
+    ``--shard``'s pass (give the cluster the same ``namespace_scope``). ``cache_dir`` is
+    ``load``'s: where the load memo is kept. Returns counts and the seconds of each stage.
     """
     stages: dict[str, float] = {}
     clock = time.perf_counter()
@@ -118,7 +119,7 @@ def full_pass(root: Path, cluster, check_report: bool = False, owns=None) -> dic
         stages[name] = now - clock
         clock = now
 
-    loaded = load(root, owns=owns)
+    loaded = load(root, owns=owns, cache_dir=cache_dir)
     lap("load_validate")
     items = resolved_components(loaded)
     lap("resolve")

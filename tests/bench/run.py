@@ -59,6 +59,7 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
                       "--runs", str(1 if size >= LARGE else runs), *common)
         curve[size] = {"pass_seconds": bigger["pass_seconds"],
                        "pass_vs_parse_ratio": bigger["pass_vs_parse_ratio"],
+                       "cold_pass_seconds": bigger["cold_pass_seconds"],
                        "stages_seconds": bigger["stages_seconds"],
                        "peak_rss_mb": _run("bench_memory.py", "--services", str(size),
                                            *common)["peak_rss_mb"]}
@@ -78,6 +79,7 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
                  for size in peer_sizes}
     return {
         "pass_vs_parse_ratio": passed["pass_vs_parse_ratio"],
+        "cold_pass_vs_parse_ratio": passed["cold_pass_vs_parse_ratio"],
         "pass_seconds": passed["pass_seconds"],
         "parse_seconds": passed["parse_seconds"],
         "lists_per_pass": api["lists_per_pass"],
