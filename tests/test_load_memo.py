@@ -116,3 +116,15 @@ def test_a_file_read_with_errors_is_never_remembered(tmp_path):
         loaded = load(repo, cache_dir=cache)
         assert [(e.path, e.line) for e in loaded.result.errors] == [("bad.yaml", 5)]
     assert memo_for(cache).hits == 2  # runtime.yaml and svc.yaml, not bad.yaml
+
+
+def test_a_memo_others_can_write_is_not_read(tmp_path):
+    """A pickle is code: a memo file that another user could have written (a shared
+    folder) is never unpickled."""
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": RUNTIME, "svc.yaml": SERVICE})
+    cache = _fresh(tmp_path)
+    load(repo, cache_dir=cache)
+    (cache / FILE_NAME).chmod(0o666)
+    cache = _fresh(tmp_path)
+    assert load(repo, cache_dir=cache).result.ok
+    assert memo_for(cache).hits == 0

@@ -215,6 +215,10 @@ class LoadMemo:
 def _read(folder: Path) -> _Entries:
     try:
         with open(folder / FILE_NAME, "rb") as stored:
+            if not _ours(os.fstat(stored.fileno())):
+                log.warning("load memo %s not read: another user can write it",
+                            folder / FILE_NAME)
+                return _Entries()
             state = pickle.load(stored)
         if not isinstance(state, dict) or state.get("code") != code_fingerprint():
             return _Entries()
@@ -225,6 +229,12 @@ def _read(folder: Path) -> _Entries:
     except Exception as err:  # noqa: BLE001 - a memo that cannot be read is an empty one
         log.debug("load memo in %s not read: %s", folder, err)
         return _Entries()
+
+
+def _ours(stat: os.stat_result) -> bool:
+    """Whether only this user could have written the memo: a pickle is code, and one
+    planted in a shared folder must never be read."""
+    return stat.st_uid == os.getuid() and not stat.st_mode & 0o022
 
 
 _MEMOS: dict[Path | None, LoadMemo] = {}
