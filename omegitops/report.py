@@ -168,6 +168,7 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
     rows = instance_rows(replica, decoded)
     mine = [v for v in events if about_component(v, lifecycle.component)]
     health, reason = component_health(view, rows, mine, now)
+    phases = phase_counts(rows)
     return {
         **base,
         "inferenceReplica": name,
@@ -177,8 +178,8 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
         **{key: view[key] for key in ("desired", "current", "ready", "available", "updated",
                                       "serving", "minReadySeconds", "revision",
                                       "currentRevision")},
-        "phases": phase_counts(rows),
-        "phaseSummary": phase_summary(phase_counts(rows)),
+        "phases": phases,
+        "phaseSummary": phase_summary(phases),
         "operations": sum(1 for row in rows if row["operation"]),
         "failedInstances": [row["index"] for row in rows if row["phase"] == "Failed"],
         "rolloutHold": _hold(view["rolloutHold"]),

@@ -53,11 +53,11 @@ def side_by_side(calls: dict[K, Callable[[], T]], threads: bool = True) -> dict[
     return {key: future.result() for key, future in futures.items()}
 
 
-def field_value(obj: dict, path: str) -> str:
-    """The value a field selector compares at dotted ``path``: "" when absent, as the
-    API server reads a missing field."""
+def field_value(obj: dict, path: str | list[str]) -> str:
+    """The value a field selector compares at dotted ``path`` (or its parts, split once
+    for a whole LIST): "" when absent, as the API server reads a missing field."""
     value: object = obj
-    for part in path.split("."):
+    for part in path.split(".") if isinstance(path, str) else path:
         value = value.get(part) if isinstance(value, dict) else None
     return "" if value is None else str(value)
 

@@ -91,8 +91,8 @@ class _Entries:
     files: dict[str, bytes] = field(default_factory=dict)
     # (file key, place) of manifests whose own checks passed
     own: set[tuple[str, int]] = field(default_factory=set)
-    # service key -> pickle bytes of (warnings, resolved)
-    services: dict[str, bytes] = field(default_factory=dict)
+    # service key -> (warnings, resolved, managed), or its pickle bytes as read
+    services: dict[str, Any] = field(default_factory=dict)
     # key -> the save at which it was last used
     used: dict[Any, int] = field(default_factory=dict)
     saves: int = 0
@@ -158,20 +158,23 @@ class LoadMemo:
     # -- a service against its runtime and the settings --------------------------------
 
     def service(self, key: str | None) -> Any:
-        packed = self._entries.services.get(key) if key is not None else None
-        if packed is None:
+        stored = self._entries.services.get(key) if key is not None else None
+        if stored is None:
             return None
-        try:
-            found = pickle.loads(packed)
-        except Exception:  # noqa: BLE001 - a memo that cannot be read is work to do again
-            return None
+        if isinstance(stored, bytes):  # as read from the folder
+            try:
+                stored = pickle.loads(stored)
+            except Exception:  # noqa: BLE001 - a memo that cannot be read is work again
+                return None
         self._use(key)
-        return found
+        return stored
 
-    def remember_service(self, key: str | None, found: Any) -> None:
+    def remember_service(self, key: str | None, found: tuple) -> None:
+        """Keep what a service's checks found: values nobody changes (frozen lifecycles,
+        packed templates, errors), held as they are and pickled only when saved."""
         if key is None:
             return
-        self._entries.services[key] = pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL)
+        self._entries.services[key] = found
         self._use(key)
         self._changed = True
 
@@ -189,15 +192,19 @@ class LoadMemo:
         entries.saves += 1
         oldest = entries.saves - KEEP_UNUSED_SAVES
         kept = {k: s for k, s in entries.used.items() if s >= oldest}
-        state = {
-            "code": code_fingerprint(),
-            "files": {k: v for k, v in entries.files.items() if k in kept},
-            "own": {k for k in entries.own if k in kept},
-            "services": {k: v for k, v in entries.services.items() if k in kept},
-            "used": kept,
-            "saves": entries.saves,
-        }
+        temp = None
         try:
+            state = {
+                "code": code_fingerprint(),
+                "files": {k: v for k, v in entries.files.items() if k in kept},
+                "own": {k for k in entries.own if k in kept},
+                # Each service pickled apart: a run unpickles only the ones it meets.
+                "services": {k: v if isinstance(v, bytes) else
+                             pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+                             for k, v in entries.services.items() if k in kept},
+                "used": kept,
+                "saves": entries.saves,
+            }
             data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
             if len(data) > MAX_BYTES:
                 log.debug("load memo of %d bytes not written", len(data))
@@ -207,9 +214,13 @@ class LoadMemo:
             with os.fdopen(handle, "wb") as out:
                 out.write(data)
             os.replace(temp, self.folder / FILE_NAME)
+            temp = None
             self._changed = False
-        except OSError as err:
+        except Exception as err:  # noqa: BLE001 - a memo not written is only work again
             log.debug("load memo not written to %s: %s", self.folder, err)
+        finally:
+            if temp is not None:
+                Path(temp).unlink(missing_ok=True)
 
 
 def _read(folder: Path) -> _Entries:

@@ -387,7 +387,7 @@ def _service_errors(service: Manifest, runtime: Manifest | None, runtimes: dict,
     problems = service_errors(service, runtime, runtimes, operator, warnings, resolved)
     managed = not problems and _is_managed(service, runtime, operator)
     if not problems and memo is not None:
-        memo.remember_service(key, (warnings, resolved, managed))
+        memo.remember_service(key, (list(warnings), dict(resolved), managed))
     return problems, managed
 
 

@@ -80,7 +80,7 @@ def _labels_match(obj: dict, labels: dict[str, str] | None) -> bool:
     if not labels:
         return True
     have = obj["metadata"].get("labels") or {}
-    return all(have.get(k) == v for k, v in labels.items())
+    return labels.items() <= have.items()  # a subset, checked in C
 
 
 class SimCluster(Cluster):
@@ -303,7 +303,9 @@ class SimCluster(Cluster):
         if labels:
             found = [o for o in found if _labels_match(o, labels)]
         if fields:
-            found = [o for o in found if base.fields_match(o, fields)]
+            wanted = [(path.split("."), value) for path, value in fields.items()]
+            found = [o for o in found if all(base.field_value(o, parts) == value
+                                             for parts, value in wanted)]
         if self.namespace_scope is not None:
             found = [o for o in found if self.in_scope(o)]
         if transform is None:
