@@ -99,3 +99,23 @@ def test_an_answer_older_than_the_store_does_not_replace_it():
     assert watched.items([("ns", "worker")])[0]["metadata"]["resourceVersion"] == "41"
     watched.forget("ns", "a")
     assert watched.items() == []
+
+
+def test_a_write_answered_after_the_watch_saw_the_object_deleted_is_not_brought_back():
+    """A pod's DELETE answer (the object, with its deletionTimestamp) can reach the run
+    after the watch has delivered the pod's DELETED event, on a loaded machine: the
+    answer is older than what the watch has seen, and storing it would keep a pod that no
+    longer exists, which the run would then wait on to be gone until its time runs out."""
+    changes = Changes()
+    watched = WatchedKind(RESOURCES["Pod"], None, key_of, changes, lambda: ([], "1"),
+                          lambda **_: Stream([]))
+    watched.fill([pod("a", "40")], "40")
+    terminating = pod("a", "41")
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    watched._apply("MODIFIED", terminating)
+    watched._apply("DELETED", pod("a", "42"))
+    watched.remember(terminating)  # the DELETE's answer, late
+    assert watched.items() == []
+    # An answer newer than all the watch has seen is the newest there is: kept.
+    watched.remember(pod("b", "43"))
+    assert [p["metadata"]["name"] for p in watched.items()] == ["b"]

@@ -142,9 +142,13 @@ class WatchedKind:
         return json_copy(found) if found is not None else None
 
     def remember(self, obj: dict) -> None:
-        """The server's answer to one of the run's writes: stored unless the store
-        already holds a newer version (a watch event that came first)."""
+        """The server's answer to one of the run's writes: stored unless the watch has
+        already gone past it (its own event, and whatever came after, a deletion among
+        them, are in the store then: an answer that arrives after the object's DELETED
+        event must not bring it back) or the store holds a newer version."""
         with self._lock:
+            if self.version and not _newer(obj, {"metadata": {"resourceVersion": self.version}}):
+                return
             held = self._objects.get(_object_id(obj))
             if held is not None and not _newer(obj, held):
                 return
