@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import shutil
 
-from conftest import EXAMPLES, RUNTIME, SERVICE, write_repo
-
 from omegitops.manifests import memo as memo_module
 from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.memo import FILE_NAME, memo_for
+from tests.conftest import EXAMPLES, RUNTIME, SERVICE, write_repo
 
 
 def _seen(loaded):
