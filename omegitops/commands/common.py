@@ -24,13 +24,13 @@ def add_repo_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="where to keep the load memo between runs (default: $OMEGITOPS_CACHE_DIR, "
-             "else ~/.cache/omegitops; an empty value keeps it in memory only)",
+             "else ~/.cache/omegitops; an empty value: no memo)",
     )
 
 
 def cache_dir(args: argparse.Namespace):
     """``load``'s ``cache_dir`` from ``--cache-dir``: the default folder when not given,
-    None (this process's memo alone) when given empty."""
+    None (no memo) when given empty."""
     from pathlib import Path
 
     chosen = getattr(args, "cache_dir", None)

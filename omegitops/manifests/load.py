@@ -39,17 +39,19 @@ def load(root: Path | str, values_file: str | None = None,
     ``owns`` keeps the services of those namespaces only (``--shard``): a file whose
     objects are all in other namespaces is not read (when the pre-scan can tell), and
     only those services are validated and resolved. What was found for inputs seen
-    before is taken from the load memo of ``cache_dir`` (``memo.py``; None: this
-    process's memo alone), and what is new is added to it."""
+    before is taken from the load memo of ``cache_dir`` (``memo.py``; None: no memo),
+    and what is new is added to it."""
     root = Path(root)
     operator, values_path = read_operator_values(root, values_file)
     skip = values_file if values_file and not Path(values_file).is_absolute() \
         else DEFAULT_VALUES_FILE
-    memo = memo_for(default_cache_dir() if cache_dir == "default" else cache_dir)
+    folder = default_cache_dir() if cache_dir == "default" else cache_dir
+    memo = memo_for(folder) if folder is not None else None
     repo = read_repository(root, skip, owns, memo)
     result = validate_repository(repo, operator, owns, memo)
-    memo.save()
-    memo.release()
+    if memo is not None:
+        memo.save()
+        memo.release()
     # Every error is placed: the node trees (a tenth of a big pass's memory) can go.
     repo.release_nodes()
     return Loaded(root, operator, values_path, repo, result)

@@ -19,11 +19,12 @@ upgraded omegitops never reads what an older one found. A document read from the
 has no node tree; when an error or warning needs the line of one of its fields, the
 file is composed again (``Document.line_of``).
 
-Within a run the memo is kept in memory (``plan --base`` loads the base and the head:
-their unchanged files are read once). Across runs it is a file in the cache folder
-(``--cache-dir``, ``OMEGITOPS_CACHE_DIR``, else the user's cache folder), written
-only by this program; a memo that cannot be read or written only costs the work it
-would have saved.
+The memo is a file in the cache folder (``--cache-dir``, ``OMEGITOPS_CACHE_DIR``, else
+the user's cache folder), written only by this program and read by the runs after;
+within a run it serves every load (``plan --base`` loads the base and the head: their
+unchanged files are read once). A memo that cannot be read or written only costs the
+work it would have saved; with no folder (an empty ``OMEGITOPS_CACHE_DIR``, as the
+shipped pods start with nothing to keep) there is no memo, and nothing is kept for it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ ENV_CACHE_DIR = "OMEGITOPS_CACHE_DIR"
 
 
 def default_cache_dir() -> Path | None:
-    """``OMEGITOPS_CACHE_DIR`` (empty: no memo on disk), else ``$XDG_CACHE_HOME`` or
+    """``OMEGITOPS_CACHE_DIR`` (empty: no memo), else ``$XDG_CACHE_HOME`` or
     ``~/.cache``, under ``omegitops``."""
     if ENV_CACHE_DIR in os.environ:
         chosen = os.environ[ENV_CACHE_DIR]
@@ -99,9 +100,9 @@ class _Entries:
 
 
 class LoadMemo:
-    """The memo of one cache folder (or of this process alone, with no folder)."""
+    """The memo of one cache folder."""
 
-    def __init__(self, folder: Path | None) -> None:
+    def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._held: _Entries | None = None
         self._changed = False
@@ -111,13 +112,13 @@ class LoadMemo:
     @property
     def _entries(self) -> _Entries:
         if self._held is None:
-            self._held = _read(self.folder) if self.folder is not None else _Entries()
+            self._held = _read(self.folder)
         return self._held
 
     def release(self) -> None:
         """Let go of the entries once saved (a tenth of a big fleet's loaded repository):
         the pass that follows needs none of them, and a later load reads them again."""
-        if self.folder is not None and not self._changed:
+        if not self._changed:
             self._held = None
 
     # -- files --------------------------------------------------------------------
@@ -186,7 +187,7 @@ class LoadMemo:
     def save(self) -> None:
         """Write the memo to its folder, if anything is new; entries left unused for
         ``KEEP_UNUSED_SAVES`` saves go. Never raises: a cache is only a cache."""
-        if self.folder is None or not self._changed:
+        if not self._changed:
             return
         entries = self._entries
         entries.saves += 1
@@ -248,18 +249,18 @@ def _ours(stat: os.stat_result) -> bool:
     return stat.st_uid == os.getuid() and not stat.st_mode & 0o022
 
 
-_MEMOS: dict[Path | None, LoadMemo] = {}
+_MEMOS: dict[Path, LoadMemo] = {}
 
 
-def forget(folder: Path | None) -> None:
-    """Drop the process's memo of ``folder`` (None: the in-memory one): the next load
-    starts from what the folder holds, as a new run's process does."""
-    _MEMOS.pop(folder.resolve() if folder is not None else None, None)
+def forget(folder: Path) -> None:
+    """Drop the process's memo of ``folder``: the next load starts from what the folder
+    holds, as a new run's process does."""
+    _MEMOS.pop(folder.resolve(), None)
 
 
-def memo_for(folder: Path | None) -> LoadMemo:
-    """The process's memo of ``folder`` (None: in memory only), read once."""
-    key = folder.resolve() if folder is not None else None
+def memo_for(folder: Path) -> LoadMemo:
+    """The process's memo of ``folder``."""
+    key = folder.resolve()
     memo = _MEMOS.get(key)
     if memo is None:
         memo = _MEMOS[key] = LoadMemo(key)
