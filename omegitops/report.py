@@ -164,7 +164,8 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
     if replica is None:
         return {**base, **_missing(name, lifecycle.replicas, lifecycle.min_ready_seconds)}
     view = replica_view(replica)
-    decoded = decode_rows((replica.get("status") or {}).get("instances"))
+    # Read, never changed, here: the rows may share their values with the replica.
+    decoded = decode_rows((replica.get("status") or {}).get("instances"), copy=False)
     rows = instance_rows(replica, decoded)
     mine = [v for v in events if about_component(v, lifecycle.component)]
     health, reason = component_health(view, rows, mine, now)

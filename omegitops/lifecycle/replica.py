@@ -7,6 +7,7 @@ plain list; every reader goes through ``decode_rows`` and accepts both.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -42,6 +43,13 @@ def encode_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | dict[str, 
     return rows
 
 
+@functools.lru_cache(maxsize=1024)
+def _written_length(name: str) -> int:
+    """A column name's length as JSON writes it, quotes and escapes included (the same
+    dozen names, over and over)."""
+    return len(json.dumps(name))
+
+
 # The ColumnarV2 form's own characters, around its columns and rows.
 _COLUMNAR_FRAME = len(f'{{"encoding":"{COLUMNAR}","columns":,"rows":}}')
 
@@ -52,7 +60,7 @@ def _columnar_saves(rows: list[dict[str, Any]], columns: list[str]) -> int:
     the same in both; what differs is each present key's name, colon and comma in the
     plain form, against the columns written once, a comma per column and ``null`` for
     each absent field in the columnar one."""
-    names = {column: len(json.dumps(column)) for column in columns}
+    names = {column: _written_length(column) for column in columns}
     plain = sum(names[key] + 2 for row in rows for key in row) - sum(1 for row in rows if row)
     absent = sum(len(columns) - len(row) for row in rows)
     columnar = _COLUMNAR_FRAME + sum(names.values()) + 2 + max(len(columns) - 1, 0) \
@@ -60,23 +68,25 @@ def _columnar_saves(rows: list[dict[str, Any]], columns: list[str]) -> int:
     return plain - columnar
 
 
-def decode_rows(stored: Any) -> list[dict[str, Any]]:
-    """Rows from either encoding (or nothing), as fresh copies the caller may change.
+def decode_rows(stored: Any, copy: bool = True) -> list[dict[str, Any]]:
+    """Rows from either encoding (or nothing), as fresh copies the caller may change
+    (``copy=False``: rows that share their values with ``stored``, for a reader only).
 
     Rows that cannot be read are left out (``read_rows`` says which and why): the
     planner then treats their pods as it treats pods with no row at all, rebuilding
     the rows from them, as it does after the InferenceReplica is deleted.
     """
-    return read_rows(stored)[0]
+    return read_rows(stored, copy)[0]
 
 
-def read_rows(stored: Any) -> tuple[list[dict[str, Any]], list[str]]:
+def read_rows(stored: Any, copy: bool = True) -> tuple[list[dict[str, Any]], list[str]]:
     """(the rows that can be read, what is wrong with the others, each naming its field
     under ``status.instances``). A status edited by hand, or written by another tool, is
     never trusted to have the shape omegitops writes."""
     if not stored:
         return [], []
-    stored = json_copy(stored)  # marshal, not copy.deepcopy: see omegitops/copying.py
+    if copy:
+        stored = json_copy(stored)  # marshal, not copy.deepcopy: see omegitops/copying.py
     if isinstance(stored, list):
         candidates = list(enumerate(stored))
     elif isinstance(stored, dict) and stored.get("encoding") == COLUMNAR:
