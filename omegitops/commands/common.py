@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from omegitops.manifests.memo import default_cache_dir
 
 
 def add_repo_args(parser: argparse.ArgumentParser) -> None:
@@ -28,14 +31,12 @@ def add_repo_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def cache_dir(args: argparse.Namespace):
-    """``load``'s ``cache_dir`` from ``--cache-dir``: the default folder when not given,
-    None (no memo) when given empty."""
-    from pathlib import Path
-
+def cache_dir(args: argparse.Namespace) -> Path | None:
+    """``load``'s ``cache_dir`` from ``--cache-dir``: the default folder when not given
+    (``OMEGITOPS_CACHE_DIR``, else the user's cache folder), None (no memo) when empty."""
     chosen = getattr(args, "cache_dir", None)
     if chosen is None:
-        return "default"
+        return default_cache_dir()
     return Path(chosen) if chosen else None
 
 

@@ -223,7 +223,8 @@ def _seed_from_report(args: argparse.Namespace, base: Base,
                       scratch: Path) -> list[str]:
     """The report's Instances put back on the replayed base (``omegitops/basestate.py``);
     the notes that say what was put back and what could not be."""
-    history = RevisionHistory(Path(args.repo), base.state_commit, scratch, args.operator_values)
+    history = RevisionHistory(Path(args.repo), base.state_commit, scratch, args.operator_values,
+                              cache_dir=cache_dir(args))
     try:
         seeded = seed(sim, base_items, base.report, history.find)
     finally:

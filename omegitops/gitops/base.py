@@ -134,13 +134,15 @@ class RevisionHistory:
     report names revisions, and only their commit's manifests tell their templates."""
 
     def __init__(self, repo: Path, commit: str, scratch: Path, operator_values: str | None,
-                 limit: int = HISTORY_COMMITS) -> None:
+                 limit: int = HISTORY_COMMITS, cache_dir: Path | None = None) -> None:
         self.tree = work_tree(repo)
         self.git = Git(self.tree, git_environment("", None)) if self.tree else None
         self.relative = PurePosixPath(repo.resolve().relative_to(self.tree.resolve()).as_posix()
                                       ) if self.tree else PurePosixPath(".")
         self.commit, self.scratch, self.limit = commit, scratch / "history", limit
         self.operator_values = operator_values
+        # The load memo: most files are the same from one commit to the next.
+        self.cache_dir = cache_dir
         self._commits: list[str] | None = None
         self._loaded: dict[str, dict] = {}
 
@@ -183,7 +185,8 @@ class RevisionHistory:
             target.mkdir(parents=True, exist_ok=True)
             found: dict = {}
             if _export(self.git, commit, self.relative, target):
-                loaded = load(target / self.relative, self.operator_values)
+                loaded = load(target / self.relative, self.operator_values,
+                              cache_dir=self.cache_dir)
                 found = {_key(i): i for i in resolved_components(loaded)
                          if i.lifecycle.managed}
             self._loaded[commit] = found

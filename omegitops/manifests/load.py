@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from omegitops.copying import Packed
 from omegitops.gcpause import without_gc_pauses
 from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.resolve import ComponentLifecycle, components_of, dig, resolve_component
-from omegitops.manifests.memo import default_cache_dir, memo_for
+from omegitops.manifests.memo import memo_for
 from omegitops.manifests.operator_values import read_operator_values
 from omegitops.manifests.repository import (
     DEFAULT_VALUES_FILE,
@@ -34,7 +33,7 @@ class Loaded:
 @without_gc_pauses
 def load(root: Path | str, values_file: str | None = None,
          owns: Callable[[str], bool] | None = None,
-         cache_dir: Path | None | Literal["default"] = "default") -> Loaded:
+         cache_dir: Path | None = None) -> Loaded:
     """Load and validate a repository; OperatorConfigError stops everything first.
     ``owns`` keeps the services of those namespaces only (``--shard``): a file whose
     objects are all in other namespaces is not read (when the pre-scan can tell), and
@@ -45,8 +44,7 @@ def load(root: Path | str, values_file: str | None = None,
     operator, values_path = read_operator_values(root, values_file)
     skip = values_file if values_file and not Path(values_file).is_absolute() \
         else DEFAULT_VALUES_FILE
-    folder = default_cache_dir() if cache_dir == "default" else cache_dir
-    memo = memo_for(folder) if folder is not None else None
+    memo = memo_for(cache_dir) if cache_dir is not None else None
     repo = read_repository(root, skip, owns, memo)
     result = validate_repository(repo, operator, owns, memo)
     if memo is not None:

@@ -14,8 +14,8 @@ seen before, what that work found, keyed by what the work read:
   and its runtime's files and places and the settings: the warnings, and each
   component's resolved lifecycle and rendered pod templates.
 
-Every key also holds the code's own fingerprint (the bytes of the package), so an
-upgraded omegitops never reads what an older one found. A document read from the memo
+The memo carries the code's own fingerprint (the bytes of the package) and is read
+only by the same code, so an upgraded omegitops never reads what an older one found. A document read from the memo
 has no node tree; when an error or warning needs the line of one of its fields, the
 file is composed again (``Document.line_of``).
 

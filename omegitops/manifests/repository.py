@@ -320,7 +320,7 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
                 repo.other_shards_files += 1
                 return
         key = content_key(raw) if memo is not None else None
-        remembered = memo.documents(key) if memo is not None and key is not None else None
+        remembered = memo.documents(key) if memo is not None else None
         if remembered is not None:
             _classify_remembered(repo, rel, text, key, remembered)
             return
@@ -340,8 +340,7 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
             _classify(repo, rel, item)
     if memo is None or key is None:
         return
-    for place, manifest in enumerate(repo.manifests[manifests:]):
-        manifest.source = (key, place)
+    _mark_sources(repo, manifests, key)
     if clean and len(repo.errors) == errors:
         # Read cleanly: the next run takes its documents (normalised) from the memo.
         memo.remember_documents(key, [(doc.index, doc.line, doc.data) for doc in documents])
@@ -356,7 +355,13 @@ def _classify_remembered(repo: Repository, rel: str, text: str, key: str,
         doc = Document(index, data, None, first_line=line,
                        compose=lambda index=index: node_at(text, index))
         _classify(repo, rel, doc, normalized=True)
-    for place, manifest in enumerate(repo.manifests[manifests:]):
+    _mark_sources(repo, manifests, key)
+
+
+def _mark_sources(repo: Repository, first: int, key: str) -> None:
+    """Give the manifests one file added (from ``first`` on) their memo key: the file's
+    content key and their place among its manifests."""
+    for place, manifest in enumerate(repo.manifests[first:]):
         manifest.source = (key, place)
 
 

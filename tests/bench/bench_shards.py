@@ -40,13 +40,13 @@ def bench(workdir: Path, services: int, shards: int, runs: int = 3) -> dict:
         components: dict[int, int] = {}
         for _ in range(runs):
             start = time.perf_counter()
-            whole = benchlib.full_pass(root, cluster, cache_dir=None)  # as the shipped pods
+            whole = benchlib.full_pass(root, cluster)  # no memo, as the shipped pods
             whole_times.append(time.perf_counter() - start)
             for index in range(shards):
                 shard = Shard(index, shards)
                 cluster.namespace_scope = shard.owns
                 start = time.perf_counter()
-                done = benchlib.full_pass(root, cluster, owns=shard.owns, cache_dir=None)
+                done = benchlib.full_pass(root, cluster, owns=shard.owns)
                 shard_times[index].append(time.perf_counter() - start)
                 cluster.namespace_scope = None
                 components[index] = done["components"]

@@ -101,14 +101,15 @@ def converged_fleet(workdir: Path | str, services: int) -> tuple[Path, Path, dic
 
 
 def full_pass(root: Path, cluster, check_report: bool = False, owns=None,
-              cache_dir="default") -> dict:
+              cache_dir: Path | None = None) -> dict:
     """One whole pass on an open cluster, as ``reconcile`` does it: load + validate,
     resolve, observe + plan + apply, then list what the report needs and build it.
 
     ``check_report`` adds what ``--report-dir`` does besides (the report checked against
     its schema, the Markdown rendered); files are never written. ``owns`` makes it a
     ``--shard``'s pass (give the cluster the same ``namespace_scope``). ``cache_dir`` is
-    ``load``'s: where the load memo is kept. Returns counts and the seconds of each stage.
+    ``load``'s: where the load memo is kept (None: no memo, as the shipped pods).
+    Returns counts and the seconds of each stage.
     """
     stages: dict[str, float] = {}
     clock = time.perf_counter()

@@ -147,7 +147,7 @@ class WatchedKind:
         them, are in the store then: an answer that arrives after the object's DELETED
         event must not bring it back) or the store holds a newer version."""
         with self._lock:
-            if self.version and not _newer(obj, {"metadata": {"resourceVersion": self.version}}):
+            if self.version and not _later(_version(obj), self.version):
                 return
             held = self._objects.get(_object_id(obj))
             if held is not None and not _newer(obj, held):
@@ -342,8 +342,15 @@ def _newer(a: dict, b: dict) -> bool:
     issues them as increasing integers, which is all this compares. Anything else
     counts as newer, so the latest arrival wins.
     """
-    va = (a.get("metadata") or {}).get("resourceVersion") or ""
-    vb = (b.get("metadata") or {}).get("resourceVersion") or ""
+    return _later(_version(a), _version(b))
+
+
+def _version(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("resourceVersion") or ""
+
+
+def _later(va: str, vb: str) -> bool:
+    """Whether resourceVersion ``va`` comes after ``vb`` (see ``_newer``)."""
     if va.isdigit() and vb.isdigit():
         return int(va) > int(vb)
     return True
