@@ -133,17 +133,26 @@ def test_the_403s_of_a_restarting_api_server_are_not_taken_for_missing_rbac(cont
                 outcomes.append("transient")
             time.sleep(0.05)
 
+    def refusals() -> list[dict]:
+        return [e for e in cp.audit_events(JOB_USER, since)
+                if e.get("responseStatus", {}).get("code") == 403]
+
     asking = threading.Thread(target=ask)
     asking.start()
     try:
-        cp.restart_apiserver(down_seconds=1)
-        time.sleep(3)
+        # The 403 window lasts as long as the authorizer takes to read the roles: on a
+        # fast start the requests may all fall outside it. Restart again (up to three
+        # times) until it is met; every restart's requests are held to the assertions.
+        for _ in range(3):
+            cp.restart_apiserver(down_seconds=1)
+            time.sleep(3)
+            if refusals():
+                break
     finally:
         done.set()
         asking.join(60)
         client.close()
-    refused = [e for e in cp.audit_events(JOB_USER, since)
-               if e.get("responseStatus", {}).get("code") == 403]
+    refused = refusals()
     assert not [o for o in outcomes if o.startswith("forbidden")], outcomes
     assert outcomes[-1] == "answered"
     # The window was met: the API server did refuse some of them (else nothing was shown).
