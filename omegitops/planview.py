@@ -44,8 +44,9 @@ from omegitops.lifecycle.resolve import (
     timeout_seconds,
 )
 from omegitops.lifecycle.revisions import stored_templates
+from omegitops.lifecycle.state import Strategy
 from omegitops.lifecycle.templates import DEFAULT, LEADER, MAIN_CONTAINER
-from omegitops.lifecycle.updates import IN_PLACE_ONLY, images_only
+from omegitops.lifecycle.updates import images_only
 from omegitops.manifests.load import Loaded, ServiceComponent
 
 TEMPLATE = "plan.md.j2"
@@ -144,7 +145,7 @@ class PlanWarning:
 def in_place_only_will_stall(lifecycle: ComponentLifecycle, old: dict | None,
                              new: dict) -> PlanWarning | None:
     """InPlaceOnly and a change to a single-pod component beyond regular containers' images."""
-    if lifecycle.strategy != IN_PLACE_ONLY or lifecycle.shape != SINGLE:
+    if lifecycle.strategy != Strategy.IN_PLACE_ONLY or lifecycle.shape != SINGLE:
         return None
     if old is None or old == new or images_only(old, new):
         return None

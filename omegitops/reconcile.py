@@ -62,6 +62,7 @@ from omegitops.lifecycle.planner import (
 from omegitops.lifecycle.replica import decode_rows, encode_rows, replica_name
 from omegitops.lifecycle.resolve import OMENATIVE, ComponentLifecycle, Resolved
 from omegitops.lifecycle.revisions import pack_revision, stored_templates
+from omegitops.lifecycle.state import Row
 from omegitops.lifecycle.templates import (
     LABEL_COMPONENT,
     LABEL_INDEX,
@@ -622,16 +623,15 @@ def _record_refusal(cluster: Cluster, stored: dict, pod: dict, message: str,
     except (KeyError, ValueError):
         return
     status = dict(stored.get("status") or {})
-    rows = decode_rows(status.get("instances"))
+    rows = [Row.from_storage(row) for row in decode_rows(status.get("instances"))]
     for row in rows:
-        if row["index"] == index and row.get("operation"):
-            known = row["operation"].get("refused") or {}
+        if row.index == index and row.operation is not None:
+            known = row.operation.refused or {}
             if (known.get("pod"), known.get("message")) == (pod["metadata"]["name"], message):
                 return  # recorded by an earlier pass
-            row["operation"]["refused"] = {"pod": pod["metadata"]["name"],
-                                           "message": message,
-                                           "time": format_time(now.timestamp())}
-            status["instances"] = encode_rows(rows)
+            row.operation.refused = {"pod": pod["metadata"]["name"], "message": message,
+                                     "time": format_time(now.timestamp())}
+            status["instances"] = encode_rows([row.for_storage() for row in rows])
             cluster.replace_status({**stored, "status": status})
             return
 

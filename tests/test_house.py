@@ -34,3 +34,30 @@ def test_ruff_finds_nothing():
     done = subprocess.run([_tool("ruff"), "check", "omegitops", "tests"], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout[-4000:]
+
+
+def test_the_pure_core_types_strictly():
+    """``mypy --strict`` over lifecycle/ ([tool.mypy] in pyproject.toml): rows and
+    operations are typed values, and nothing in the core is a bare dict."""
+    done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_no_module_imports_itself_round_about():
+    """No import cycle anywhere in omegitops, imports inside functions included (grimp
+    reads them all; those only a type checker reads are left out): a cycle is how the
+    step machine was once spread over five modules that imported each other from
+    inside functions."""
+    import grimp
+
+    graph = grimp.build_graph("omegitops", exclude_type_checking_imports=True)
+    cycles = []
+    for module in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if imported == module or not imported.startswith("omegitops"):
+                continue
+            back = graph.find_shortest_chain(importer=imported, imported=module)
+            if back is not None:
+                cycles.append(" -> ".join((module, *back)))
+    assert not cycles, "\n".join(cycles[:20])

@@ -339,6 +339,7 @@ def test_a_gang_restarting_mid_rollout_stays_on_one_revision(tmp_path):
 
 def test_crashing_instances_back_off_between_attempts():
     from omegitops.lifecycle.retries import record_failure
+    from omegitops.lifecycle.state import Phase, Row
     from omegitops.lifecycle.work import Work
 
     class Lifecycle:
@@ -350,12 +351,12 @@ def test_crashing_instances_back_off_between_attempts():
         component = "engine"
 
     work = Work(desired=Desired(), observed=None, now=1000.0)
-    row = {"index": 0}
+    row = Row(0, 1, Phase.FAILED, "rev")
     crash = {"reason": "CrashLoopBackOff", "message": "", "pod": "p"}
     pauses = []
     for _ in range(6):
         record_failure(work, row, "rev", crash)
-        pauses.append(row["retryAt"])
+        pauses.append(row.retry_at)
     # 30 s, 60 s, 120 s, 240 s, then capped at 300 s: never a tight loop.
     assert pauses == ["1970-01-01T00:17:10Z", "1970-01-01T00:17:40Z", "1970-01-01T00:18:40Z",
                       "1970-01-01T00:20:40Z", "1970-01-01T00:21:40Z", "1970-01-01T00:21:40Z"]

@@ -24,12 +24,13 @@ import hashlib
 import json
 from typing import Any
 
+from omegitops.lifecycle.state import Json
 from omegitops.lifecycle.work import DesiredComponent, ObservedComponent
 
 CONVERGED_ANNOTATION = "omegitops.io/converged"
 
 
-def unmarked(annotations: dict | None) -> dict:
+def unmarked(annotations: Json | None) -> Json:
     """Annotations without the converged fingerprint."""
     return {k: v for k, v in (annotations or {}).items() if k != CONVERGED_ANNOTATION}
 
@@ -41,7 +42,7 @@ def _versions(objects: Any) -> list[tuple[str, str]]:
 
 
 def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
-                replica: dict) -> str:
+                replica: Json) -> str:
     """The fingerprint of a plan of ``desired`` against ``observed`` whose InferenceReplica
     is ``replica`` (the one the plan writes, or the one a later pass reads)."""
     lifecycle = desired.lifecycle

@@ -8,6 +8,7 @@ from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.lifecycle.planner import DesiredComponent
 from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig, resolve_component
 from omegitops.lifecycle.revisions import stored_runtime_config
+from omegitops.lifecycle.state import Json
 from omegitops.lifecycle.templates import ome_pod_metadata, render_templates, revision_name
 
 
@@ -15,10 +16,10 @@ def build_desired(
     isvc: dict[str, Any],
     runtime: dict[str, Any] | None,
     lifecycle: ComponentLifecycle,
-    revisions: list[dict],
-    replica: dict | None,
+    revisions: list[Json],
+    replica: Json | None,
     operator: OperatorSettings | None = None,
-    templates: dict[str, dict] | None = None,
+    templates: dict[str, Json] | None = None,
     templates_hash: str | None = None,
 ) -> DesiredComponent:
     """Render the component's templates; pure.

@@ -8,10 +8,9 @@ or when the operation's deadline passed. Without a setting, its check is off.
 
 from __future__ import annotations
 
-from typing import Any
-
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.instance import InstancePods
+from omegitops.lifecycle.state import Json, Operation, Row
 from omegitops.lifecycle.templates import MAIN_CONTAINER
 from omegitops.lifecycle.work import Work
 from omegitops.times import format_time, parse_time
@@ -22,7 +21,7 @@ STUCK_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Invali
 REVISION_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 
 
-def _waiting(pod: dict) -> tuple[str, dict] | None:
+def _waiting(pod: Json) -> tuple[str, Json] | None:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         reason = ((status.get("state") or {}).get("waiting") or {}).get("reason")
         if reason in STUCK_REASONS:
@@ -30,18 +29,18 @@ def _waiting(pod: dict) -> tuple[str, dict] | None:
     return None
 
 
-def _last_terminated(status: dict) -> dict:
+def _last_terminated(status: Json) -> Json:
     return (status.get("lastState") or {}).get("terminated") or (
         (status.get("state") or {}).get("terminated") or {})
 
 
-def failure_record(work: Work, pod: dict, reason: str, message: str,
-                   container: str | None = None, exit_code: int | None = None) -> dict:
+def failure_record(work: Work, pod: Json, reason: str, message: str,
+                   container: str | None = None, exit_code: int | None = None) -> Json:
     return {"pod": pod["metadata"]["name"], "container": container, "reason": reason,
             "exitCode": exit_code, "message": message, "time": format_time(work.now)}
 
 
-def lost_record(work: Work, pod: str | None, message: str) -> dict:
+def lost_record(work: Work, pod: str | None, message: str) -> Json:
     """The failure of a pod that is gone: its name, and when a pass found it missing."""
     return {"pod": pod, "container": None, "reason": "PodLost", "exitCode": None,
             "message": message, "time": format_time(work.now)}
@@ -50,14 +49,14 @@ def lost_record(work: Work, pod: str | None, message: str) -> dict:
 STUCK_TERMINATING = "PodStuckTerminating"
 
 
-def stuck_terminating(work: Work, pods: list[dict]) -> list[dict]:
+def stuck_terminating(work: Work, pods: list[Json]) -> list[Json]:
     """Pods the API still lists past their deletion grace: their node stopped reporting
     (the kubelet never confirms the deletion) or a finalizer holds them."""
     return [p for p in pods if P.is_terminating(p)
             and (P.deletion_deadline(p) or work.now) <= work.now]
 
 
-def terminating_text(pod: dict) -> str:
+def terminating_text(pod: Json) -> str:
     node = P.node_of(pod)
     where = f" on node {node}" if node else ""
     since = pod["metadata"].get("deletionTimestamp")
@@ -66,7 +65,7 @@ def terminating_text(pod: dict) -> str:
             "removed")
 
 
-def wait_gone(work: Work, operation: dict, pods: list[dict]) -> dict | None:
+def wait_gone(work: Work, operation: Operation, pods: list[Json]) -> Json | None:
     """An operation waiting for ``pods`` to go before it can build their names again.
 
     Every wait has a name and a deadline (instances.txt: "OME moves an Instance to
@@ -82,8 +81,8 @@ def wait_gone(work: Work, operation: dict, pods: list[dict]) -> dict | None:
     if not stuck:
         return None
     text = terminating_text(stuck[0])
-    operation["waiting"] = text
-    deadline = operation.get("deadline")
+    operation.waiting = text
+    deadline = operation.deadline
     if deadline and work.now >= parse_time(deadline):
         return failure_record(work, stuck[0], STUCK_TERMINATING,
                               f"the operation ran past its deadline: {text}")
@@ -92,7 +91,7 @@ def wait_gone(work: Work, operation: dict, pods: list[dict]) -> dict | None:
     return None
 
 
-def ended_failure(work: Work, pod: dict) -> dict:
+def ended_failure(work: Work, pod: Json) -> Json:
     """Why a pod ended: its own reason (Evicted) or its main container's."""
     status = pod.get("status") or {}
     for container in status.get("containerStatuses") or []:
@@ -105,7 +104,7 @@ def ended_failure(work: Work, pod: dict) -> dict:
                           status.get("message") or "pod ended")
 
 
-def check_instance(work: Work, row: dict) -> dict | None:
+def check_instance(work: Work, row: Row) -> Json | None:
     """The failure of the operation bringing ``row``'s own pods up, or None.
 
     instances.txt: OME never fails an Instance whose pods all serve, at the desired
@@ -115,19 +114,23 @@ def check_instance(work: Work, row: dict) -> dict | None:
     need = instance.needed
     if instance.serving_pod_count() >= need and len(instance.live) >= need:
         return None
-    return check_pods(work, row["operation"], instance.pods)
+    if row.operation is None:
+        raise ValueError(f"Instance {row.index} holds no operation to check")
+    return check_pods(work, row.operation, instance.pods)
 
 
-def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
+def check_pods(work: Work, operation: Operation, pods: list[Json]) -> Json | None:
     """The failure of an operation bringing ``pods`` up, or None while it may go on."""
     stuck_grace = work.seconds("stuckPodGracePeriod")
     unschedulable_grace = work.seconds("unschedulableGracePeriod")
-    stuck = operation.setdefault("stuck", {})
-    operation["waiting"] = None
+    if operation.stuck is None:
+        operation.stuck = {}
+    stuck = operation.stuck
+    operation.waiting = None
     gated = _external_hold(work, operation, pods)
     if gated:
         return None
-    unschedulable: list[dict] = []
+    unschedulable: list[Json] = []
     for pod in pods:
         name = pod["metadata"]["name"]
         if P.has_ended(pod):
@@ -140,7 +143,7 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
                                           _condition_message(pod, "PodScheduled"))
                 work.wake(since + unschedulable_grace)
             unschedulable.append(pod)
-            operation["waiting"] = _unschedulable_waiting(unschedulable)
+            operation.waiting = _unschedulable_waiting(unschedulable)
             continue
         waiting = _waiting(pod)
         if waiting is None:
@@ -156,11 +159,11 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
                     f"wedged in {reason} past the stuck-pod grace",
                     status.get("name"), terminated.get("exitCode"))
             work.wake(first + stuck_grace)
-    deadline = operation.get("deadline")
+    deadline = operation.deadline
     if deadline and work.now >= parse_time(deadline) and not _ready_in_time(
             work, pods, parse_time(deadline)):
-        pod = pods[0] if pods else None
-        record = {"pod": pod["metadata"]["name"] if pod else None, "container": None,
+        named = pods[0]["metadata"]["name"] if pods else None
+        record = {"pod": named, "container": None,
                   "reason": "DeadlineExceeded",
                   "exitCode": None, "message": "the operation ran past its deadline "
                   f"({work.lifecycle.value('instanceReadyTimeout')})",
@@ -171,7 +174,7 @@ def check_pods(work: Work, operation: dict, pods: list[dict]) -> dict | None:
     return None
 
 
-def _ready_in_time(work: Work, pods: list[dict], deadline: float) -> bool:
+def _ready_in_time(work: Work, pods: list[Json], deadline: float) -> bool:
     """The pods' containers were all ready by the deadline, by their own conditions: the
     operation made its window, and only waits for a pass to put it into rotation (a job
     that runs every few minutes may come by after the deadline)."""
@@ -179,52 +182,54 @@ def _ready_in_time(work: Work, pods: list[dict], deadline: float) -> bool:
     return since is not None and since <= deadline
 
 
-def _external_hold(work: Work, operation: dict, pods: list[dict]) -> bool:
+def _external_hold(work: Work, operation: Operation, pods: list[Json]) -> bool:
     """A scheduling gate (Kueue's, say) holds the pods: the clock stops, ``waiting``
     names the gate, and the deadline moves so the operation gets a full window once
     the hold ends (instances.txt). ``heldAt`` records the last pass that saw it."""
     for pod in pods:
         gates = (pod.get("spec") or {}).get("schedulingGates") or []
         if gates and not P.is_terminating(pod):
-            operation["waiting"] = (f"scheduling gate {gates[0].get('name')} on pod "
-                                    f"{pod['metadata']['name']}")
-            operation["heldAt"] = format_time(work.now)
+            operation.waiting = (f"scheduling gate {gates[0].get('name')} on pod "
+                                 f"{pod['metadata']['name']}")
+            operation.held_at = format_time(work.now)
             timeout = work.seconds("instanceReadyTimeout")
             if timeout:
-                operation["deadline"] = format_time(work.now + timeout)
+                operation.deadline = format_time(work.now + timeout)
             return True
-    if operation.get("heldAt"):
-        _hold_ended(work, operation, pods)
+    if operation.held_at:
+        _hold_ended(work, operation, operation.held_at, pods)
     return False
 
 
-def _hold_ended(work: Work, operation: dict, pods: list[dict]) -> None:
+def _hold_ended(work: Work, operation: Operation, held_at: str, pods: list[Json]) -> None:
     """The hold seen on an earlier pass is over: the full window counts from when it
     ended, not from when a pass came to see it. The pods say when: the scheduler binds
     a pod once its last gate goes, and its PodScheduled condition keeps that moment.
     While a pod is still unbound the moment is unknown, and this pass stands for it
     (a window never starts before the hold really ended)."""
-    seen = parse_time(operation.pop("heldAt"))
+    seen = parse_time(held_at)
+    operation.held_at = None
     live = [p for p in pods if not P.is_terminating(p) and not P.has_ended(p)]
     bound = [P.condition(p, "PodScheduled") for p in live]
-    if live and all(ok and since is not None for ok, since in bound):
-        ended = min(max(max(since for _, since in bound), seen), work.now)
+    times = [since for ok, since in bound if ok and since is not None]
+    if live and len(times) == len(bound):
+        ended = min(max(max(times), seen), work.now)
     else:
         ended = work.now
-    operation["holdEnded"] = format_time(ended)
+    operation.hold_ended = format_time(ended)
     timeout = work.seconds("instanceReadyTimeout")
     if timeout:
-        operation["deadline"] = format_time(ended + timeout)
+        operation.deadline = format_time(ended + timeout)
 
 
-def _unschedulable(pod: dict) -> bool:
+def _unschedulable(pod: Json) -> bool:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled":
-            return cond.get("reason") == "Unschedulable"
+            return bool(cond.get("reason") == "Unschedulable")
     return False
 
 
-def _unschedulable_waiting(pods: list[dict]) -> str:
+def _unschedulable_waiting(pods: list[Json]) -> str:
     """``pod … is unschedulable: <the scheduler's words>``, the first such pod named (a
     gang the scheduler refuses whole has every pod so)."""
     first = pods[0]
@@ -235,12 +240,12 @@ def _unschedulable_waiting(pods: list[dict]) -> str:
     return f"{text}: {message}" if message else text
 
 
-def _condition_message(pod: dict, kind: str) -> str:
+def _condition_message(pod: Json, kind: str) -> str:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == kind:
             return cond.get("message") or cond.get("reason") or ""
     return ""
 
 
-def revision_caused(failure: dict[str, Any]) -> bool:
+def revision_caused(failure: Json) -> bool:
     return failure.get("reason") in REVISION_REASONS

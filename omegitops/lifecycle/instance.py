@@ -10,6 +10,7 @@ import copy
 from dataclasses import dataclass, field
 
 from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.state import Json
 from omegitops.lifecycle.templates import (
     DEFAULT,
     LABEL_COMPONENT,
@@ -57,7 +58,7 @@ class PodSpecInput:
     isvc: str
     component: str
     revision: str
-    templates: dict[str, dict]
+    templates: dict[str, Json]
     workers: int
     gang: bool
     # OME's labels and annotations of the component's pods (templates.ome_pod_metadata),
@@ -67,13 +68,13 @@ class PodSpecInput:
 
 def instance_pods(
     spec: PodSpecInput, index: int, incarnation: int, base_ordinal: int = 0
-) -> list[dict]:
+) -> list[Json]:
     """Every pod of Instance ``index``, labelled and with the OME_* environment."""
     slots = pod_slots(spec.workers, spec.gang, base_ordinal)
     headless = headless_name(spec.isvc, spec.component)
     leader = pod_name(spec.isvc, spec.component, index, LEADER, 0)
     leader_address = f"{leader}.{headless}.{spec.namespace}.svc.cluster.local"
-    pods = []
+    pods: list[Json] = []
     for runner, ordinal, rank in slots:
         template = copy.deepcopy(spec.templates[runner])
         name = pod_name(spec.isvc, spec.component, index, runner, ordinal)
@@ -135,18 +136,18 @@ class InstancePods:
     """The observed pods of one Instance, split the ways the planner asks about them."""
 
     needed: int
-    pods: list[dict] = field(default_factory=list)
+    pods: list[Json] = field(default_factory=list)
 
     @property
-    def live(self) -> list[dict]:
+    def live(self) -> list[Json]:
         """Pods neither terminating nor ended."""
         return [p for p in self.pods if not P.is_terminating(p) and not P.has_ended(p)]
 
     @property
-    def terminating(self) -> list[dict]:
+    def terminating(self) -> list[Json]:
         return [p for p in self.pods if P.is_terminating(p)]
 
-    def entries(self) -> list[dict]:
+    def entries(self) -> list[Json]:
         """The pods that take requests: the leader, or the single pod (two during a surge)."""
         return [p for p in self.live if P.runner_of(p) in (LEADER, DEFAULT)]
 

@@ -20,6 +20,7 @@ from omegitops.lifecycle.instance import PodSpecInput, instance_pods
 from omegitops.lifecycle.resolve import ComponentLifecycle
 from omegitops.lifecycle.revisions import revision_object
 from omegitops.lifecycle.services import desired_services, podgroup_name
+from omegitops.lifecycle.state import Json
 from omegitops.lifecycle.templates import DEFAULT, LEADER, WORKER, revision_name
 from omegitops.lifecycle.work import PODGROUP_LABEL, DesiredComponent
 
@@ -125,7 +126,7 @@ def derived_names(namespace: str, isvc: str, lifecycle: ComponentLifecycle) -> l
     return list(dict.fromkeys(names))
 
 
-def template_names(templates: dict[str, dict]) -> list[DerivedName]:
+def template_names(templates: dict[str, Json]) -> list[DerivedName]:
     """The names a component's pod templates carry from its manifests (label keys and
     values, annotation keys, container names), with the rule the API server holds
     each to: the same rules as the names omegitops derives."""
@@ -167,7 +168,7 @@ def _skeleton(namespace: str, isvc: str, lifecycle: ComponentLifecycle) -> Desir
                             revision=revision_name(isvc, lifecycle.component, templates))
 
 
-def _pod_names(pod: dict) -> list[DerivedName]:
+def _pod_names(pod: Json) -> list[DerivedName]:
     meta, spec = pod["metadata"], pod["spec"]
     names = [DerivedName("pod name", meta["name"], DNS1123_SUBDOMAIN)]
     if "hostname" in spec:

@@ -13,6 +13,7 @@ from typing import Any
 from omegitops.errors import OperatorConfigError
 from omegitops.lifecycle import budgets
 from omegitops.lifecycle.durations import DurationError, parse_duration
+from omegitops.lifecycle.state import Json
 
 COMPONENTS = ("engine", "decoder", "router")
 STRATEGIES = ("SurgeThenDrain", "RecreatePod", "InPlaceIfPossible", "InPlaceOnly")
@@ -65,7 +66,7 @@ def _fail(message: str) -> OperatorConfigError:
     return OperatorConfigError(f"invalid deploy config, {message}")
 
 
-def _int(section: dict, key: str, name: str, minimum: int) -> int | None:
+def _int(section: Json, key: str, name: str, minimum: int) -> int | None:
     value = section.get(key)
     if value is None:
         return None
@@ -81,7 +82,7 @@ def _int(section: dict, key: str, name: str, minimum: int) -> int | None:
     return value
 
 
-def _duration(section: dict, key: str, name: str, positive: bool = False) -> float | None:
+def _duration(section: Json, key: str, name: str, positive: bool = False) -> float | None:
     value = section.get(key)
     if value is None:
         return None
@@ -95,7 +96,7 @@ def _duration(section: dict, key: str, name: str, positive: bool = False) -> flo
     return seconds
 
 
-def _mapping(parent: dict, key: str, name: str) -> dict:
+def _mapping(parent: Json, key: str, name: str) -> Json:
     value = parent.get(key)
     if value is None:
         return {}
@@ -104,7 +105,7 @@ def _mapping(parent: dict, key: str, name: str) -> dict:
     return value
 
 
-def _strategy(component: str, section: dict) -> StrategyDefault:
+def _strategy(component: str, section: Json) -> StrategyDefault:
     name = f"updateStrategy.{component}"
     kind = section.get("type")
     if kind is not None and kind not in STRATEGIES:

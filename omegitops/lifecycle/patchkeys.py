@@ -33,7 +33,9 @@ def table() -> dict[str, dict[str, dict[str, Any]]]:
     """``{definition: {field: {"ref"?, "list"?, "strategy"?, "key"?}}}`` for every
     type a pod spec reaches; only fields that are objects or lists are listed."""
     text = resources.files("omegitops.lifecycle").joinpath(TABLE_FILE).read_text()
-    return json.loads(text)["definitions"]
+    # The file is ``table_from_openapi``'s output, so its definitions have the table's shape.
+    definitions: dict[str, dict[str, dict[str, Any]]] = json.loads(text)["definitions"]
+    return definitions
 
 
 def field_of(definition: str | None, name: str) -> dict[str, Any] | None:

@@ -23,55 +23,26 @@ from typing import Any
 from omegitops.lifecycle import outbox
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import Action, ApplyObject, DeleteObject, Event
+from omegitops.lifecycle.availability import counts_toward_desired
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint, unmarked
-from omegitops.lifecycle.failures import check_instance
-from omegitops.lifecycle.operations import (
-    CREATE_PODS,
-    GONE,
-    adopt_orphans,
-    ended_pods,
-    open_create,
-    open_delete,
-    recycle_ended,
-    rest,
-    step_create,
-    step_delete,
-)
+from omegitops.lifecycle.operations import adopt_orphans, open_create, open_delete
 from omegitops.lifecycle.repairs import (
     RELEASE_ANNOTATION,
     RESET_ANNOTATION,
     plan_repairs,
     reset_and_release,
-    step_restart,
 )
 from omegitops.lifecycle.replica import API_VERSION, KIND, encode_rows, readable_status
-from omegitops.lifecycle.resolve import SURGE_THEN_DRAIN
-from omegitops.lifecycle.retries import may_start
 from omegitops.lifecycle.revisions import plan_revisions
-from omegitops.lifecycle.rollout import counts_toward_desired, plan_rollout
+from omegitops.lifecycle.rollout import RolloutOutcome, plan_rollout
 from omegitops.lifecycle.rotation import converge_rotation
 from omegitops.lifecycle.services import left_podgroups, plan_services
+from omegitops.lifecycle.state import Json, Mode, Outcome, Phase, Row, Step, Strategy
 from omegitops.lifecycle.status import component_status
+from omegitops.lifecycle.steps import advance
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
-from omegitops.lifecycle.updates import SURGE_CREATE, step_update
-from omegitops.lifecycle.work import (
-    CREATE,
-    CREATING,
-    DELETE,
-    DELETING,
-    DRAIN,
-    FAILED,
-    READY,
-    RESTART,
-    SURGE,
-    UPDATE,
-    UPDATING,
-    DesiredComponent,
-    ObservedComponent,
-    Work,
-)
-from omegitops.times import format_time, parse_time
+from omegitops.lifecycle.work import DesiredComponent, ObservedComponent, Work
 
 __all__ = ["DesiredComponent", "ObservedComponent", "Plan", "converged_plan",
            "plan_component"]
@@ -80,7 +51,7 @@ __all__ = ["DesiredComponent", "ObservedComponent", "Plan", "converged_plan",
 @dataclass(frozen=True)
 class Plan:
     component: str
-    replica: dict
+    replica: Json
     replica_changed: bool
     actions: list[Action]
     events: list[Event]
@@ -108,7 +79,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     work = Work(desired, observed, now.timestamp())
     previous, unreadable = readable_status((observed.replica or {}).get("status"))
     work.previous = previous
-    work.rows = {row["index"]: row for row in previous.get("instances") or []}
+    work.rows = {row["index"]: Row.from_storage(row) for row in previous.get("instances") or []}
     if unreadable:
         # Rebuilt from the pods below (adopt_orphans), as after a deleted InferenceReplica.
         work.event("Warning", "StatusUnreadable", None, (
@@ -126,14 +97,14 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
         row = work.rows.get(index)
         if row is None:
             continue
-        if row.get("operation") or row.get("rebuild"):
+        if row.operation is not None or row.rebuild:
             work.moved.add(index)
-        if desired.teardown and row.get("phase") != DELETING:
+        if desired.teardown and row.phase != Phase.DELETING:
             # A removed component goes whole, whatever its Instances were doing: nothing
             # is built for it any more, and its templates may be gone with its revisions.
             open_delete(work, row, "the repository no longer has its component (--prune)")
             continue
-        if _advance(work, row) == GONE:
+        if advance(work, row) == Outcome.GONE:
             del work.rows[index]
     _release_orphaned_replacements(work)
     if not desired.teardown:
@@ -163,8 +134,8 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
         stores = [a for a in revisions if isinstance(a, ApplyObject)]
         work.actions[:0] = stores
         work.actions.extend(a for a in revisions if a not in stores)
-    busy = bool(work.actions) or rollout["pending"] or any(
-        row.get("operation") and row.get("phase") != FAILED for row in work.rows.values())
+    busy = bool(work.actions) or rollout.pending or any(
+        row.operation is not None and row.phase != Phase.FAILED for row in work.rows.values())
     busy = busy or sum(counts_toward_desired(work, r) for r in work.rows.values()) != (
         desired.lifecycle.replicas)
     wake = datetime.fromtimestamp(min(work.wakes), UTC) if work.wakes else None
@@ -176,7 +147,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     _mark_converged(replica, desired, observed, at_rest)
     changed = not removed and _replica_changed(observed.replica, replica)
     bookkeeping = changed and not _replica_changed(_unmarked(observed.replica),
-                                                   _unmarked(replica))
+                                                   _unmarked(replica) or replica)
     previous_object = observed.replica or {}
     return Plan(desired.component, replica, changed, work.actions, events, wake, busy,
                 clear_outbox=not removed and bool(recorded.get(outbox.OUTBOX)),
@@ -191,7 +162,7 @@ def converged_plan(desired: DesiredComponent, observed: ObservedComponent) -> Pl
     return Plan(desired.component, observed.replica or {}, False, [], [], None, False)
 
 
-def _mark_converged(replica: dict, desired: DesiredComponent, observed: ObservedComponent,
+def _mark_converged(replica: Json, desired: DesiredComponent, observed: ObservedComponent,
                     at_rest: bool) -> None:
     """Fingerprint a plan that does nothing, so that a later pass that reads the same
     can skip planning (lifecycle/converged.py); any other plan drops the fingerprint."""
@@ -203,7 +174,7 @@ def _mark_converged(replica: dict, desired: DesiredComponent, observed: Observed
         metadata["annotations"] = annotations
 
 
-def _unmarked(replica: dict | None) -> dict | None:
+def _unmarked(replica: Json | None) -> Json | None:
     """The InferenceReplica without its converged fingerprint."""
     if replica is None:
         return None
@@ -226,8 +197,8 @@ def teardown_objects(desired: DesiredComponent, observed: ObservedComponent) -> 
     return actions
 
 
-def _group_pods(pods: list[dict]) -> dict[int, list[dict]]:
-    groups: dict[int, list[dict]] = {}
+def _group_pods(pods: list[Json]) -> dict[int, list[Json]]:
+    groups: dict[int, list[Json]] = {}
     for pod in pods:
         index = P.index_of(pod)
         if index is not None:
@@ -237,102 +208,6 @@ def _group_pods(pods: list[dict]) -> dict[int, list[dict]]:
     return groups
 
 
-# More steps than any operation has: a bound on one Instance's steps in one pass.
-MAX_STEPS_PER_PASS = 12
-
-
-def _advance(work: Work, row: dict) -> str | None:
-    """Take every step of ``row``'s operation whose precondition already holds.
-
-    A step that only reads what the cluster shows (the new pod is available, the old
-    ones are gone) leads straight to the next one in the same pass; the first step that
-    writes to the cluster ends the Instance's turn, since what comes after it depends
-    on the cluster acting on that write. A job that runs one pass per period so spends
-    a period only where the cluster has something to do. An operation that ends stays
-    ended until the next pass: the Instance at rest is looked at then."""
-    for _ in range(MAX_STEPS_PER_PASS):
-        before, writes = _progress(row), len(work.actions)
-        outcome = _step(work, row)
-        if outcome == GONE or not row.get("operation") or len(work.actions) != writes:
-            return outcome
-        if row["operation"].get("type") == DELETE:
-            # An Instance leaves the record only on a pass after one that recorded it
-            # Deleting: a pass cut short after its record is written still knows what
-            # is left to remove (its PodGroup, a pod that appears late).
-            return outcome
-        if _progress(row) == before:
-            return outcome
-    return None
-
-
-def _progress(row: dict) -> tuple:
-    """Where an Instance's operation stands, to tell a step taken from a wait."""
-    operation = row.get("operation") or {}
-    return (row.get("phase"), row.get("revision"), operation.get("type"),
-            operation.get("step"), operation.get("startedAt"), operation.get("mode"))
-
-
-def _step(work: Work, row: dict) -> str | None:
-    operation = row.get("operation")
-    if not operation:
-        if row.get("phase") == FAILED and row.pop("rebuild", False):
-            _fresh_start(work, row)
-            return None
-        rest(work, row)
-        return None
-    if row.get("phase") == FAILED:
-        if operation["type"] == UPDATE:
-            _retry_update(work, row)
-        if row.get("phase") == FAILED:
-            # It took no step: let a new revision reach it. Counted among the Instances
-            # that moved this pass, it was never a rollout candidate and stayed Failed
-            # forever (a reset skips a failed Update by design).
-            work.moved.discard(row["index"])
-        return None  # kept, with its operation, for inspection until reset or a new revision
-    if operation.get("refused") and _refused_past_deadline(work, row):
-        return None
-    if operation["type"] == RESTART:
-        step_restart(work, row)
-        return None
-    if operation["type"] == CREATE:
-        return _step_creating(work, row)
-    if operation["type"] == UPDATE:
-        return step_update(work, row)
-    if operation["type"] == DELETE:
-        return step_delete(work, row)
-    return None
-
-
-def _refused_past_deadline(work: Work, row: dict) -> bool:
-    """A create the API server refused (a quota, a LimitRange, Pod Security, a webhook,
-    a stranger's pod holding the name; the apply layer records it on the operation) is
-    named in ``waiting`` while the operation still creates, and fails the operation at
-    its deadline (instances.txt: "OME moves an Instance to Failed when an operation
-    can't finish"). True when it failed the operation now."""
-    from omegitops.lifecycle.updates import SURGE_CREATE, _surge_failed, fail_operation
-
-    operation = row["operation"]
-    refused = operation["refused"]
-    if operation.get("step") not in (CREATE_PODS, SURGE_CREATE):
-        operation.pop("refused")  # the pods were made since
-        return False
-    operation["waiting"] = f"FailedCreate: {refused.get('message')}"
-    deadline = operation.get("deadline")
-    if not deadline:
-        return False
-    if work.now < parse_time(deadline):
-        work.wake(parse_time(deadline))
-        return False
-    failure = {"pod": refused.get("pod"), "container": None, "reason": "FailedCreate",
-               "exitCode": None, "message": refused.get("message"),
-               "time": format_time(work.now)}
-    if operation.get("mode") == SURGE and not work.desired.gang:
-        _surge_failed(work, row, failure, [])
-    else:
-        fail_operation(work, row, failure)
-    return True
-
-
 def _release_orphaned_replacements(work: Work) -> None:
     """A gang replacement whose source no longer surges toward it (the source was scaled
     away or deleted, or its update ended otherwise) is an Instance like any other: it
@@ -340,64 +215,13 @@ def _release_orphaned_replacements(work: Work) -> None:
     revision for good, since a replacement is never a rollout candidate. One being
     deleted keeps the mark: a new surge of its source waits for it to go."""
     for row in work.rows.values():
-        if row.get("surgeOf") is None or row.get("phase") == DELETING:
+        if row.surge_of is None or row.phase == Phase.DELETING:
             continue
-        source = work.rows.get(row["surgeOf"])
-        operation = (source or {}).get("operation") or {}
-        if operation.get("mode") != SURGE or operation.get("replacement") != row["index"]:
-            row.pop("surgeOf")
-
-
-def _retry_update(work: Work, row: dict) -> None:
-    """A failed Update tries again once its backoff has passed, unless its revision is
-    held: the Instance is rebuilt on the revision, one incarnation higher."""
-    operation = row["operation"]
-    target = operation.get("targetRevision") or row["revision"]
-    if target != work.desired.revision or not may_start(work, row, target):
-        return
-    row["phase"] = UPDATING
-    row["operation"] = work.operation(UPDATE, "Unroute", operation.get("strategy"),
-                                      target=target, mode=DRAIN)
-    row["operation"]["retry"] = True
-    work.event("Normal", "InstanceUpdating", row["index"],
-               f"retrying the update to {target} ({operation.get('strategy')}: {DRAIN})")
-    step_update(work, row)
-
-
-def _fresh_start(work: Work, row: dict) -> None:
-    """Rebuild a Failed Instance from scratch at the newest revision (same incarnation).
-
-    Its remaining pods go first; CreatePods waits for them to be gone, since the
-    new pods take the same names.
-    """
-    row.update(phase=CREATING, revision=work.desired.revision,
-               operation=work.operation(CREATE, CREATE_PODS))
-    # Every old pod goes, even one this pass fails to delete: CreatePods sees to it.
-    row["operation"]["fresh"] = True
-    row.pop("ordinal", None)
-    pods = work.groups.get(row["index"], [])
-    for pod in pods:
-        work.delete(pod, 0 if P.has_ended(pod) else None)
-    if not pods:
-        step_create(work, row)
-
-
-def _step_creating(work: Work, row: dict) -> None:
-    """A Create step, recycling ended pods until the deadline and failing past it."""
-    operation = row["operation"]
-    if recycle_ended(work, row):
-        return
-    if operation["step"] != CREATE_PODS or ended_pods(work, row):
-        failure = check_instance(work, row)
-        if failure is not None:
-            work.route(work.instance(row).live, False)  # a Failed Instance leaves whole
-            row["phase"] = FAILED
-            row["lastFailure"] = failure
-            work.event("Warning", "InstanceFailed", row["index"],
-                       f"failed while creating: {failure['reason']}: {failure['message']}")
-            return
-    step_create(work, row)
-    return
+        source = work.rows.get(row.surge_of)
+        operation = source.operation if source is not None else None
+        if operation is None or operation.mode != Mode.SURGE \
+                or operation.replacement != row.index:
+            row.surge_of = None
 
 
 def _scale(work: Work) -> None:
@@ -417,20 +241,21 @@ def _scale(work: Work) -> None:
         # instances.txt: keep first the Instances a multi-pod surge is handing over,
         # with their replacements; then Ready Instances, lowest indices first. A
         # single-pod surge is an Instance like the others here.
-        def handing_over(row: dict) -> bool:
+        def handing_over(row: Row) -> bool:
             if not work.desired.gang:
                 return False
-            operation = row.get("operation") or {}
-            if operation.get("mode") == "Surge" and operation.get("step") != SURGE_CREATE:
+            operation = row.operation
+            if operation is not None and operation.mode == Mode.SURGE \
+                    and operation.step != Step.SURGE_CREATE:
                 return True  # a source, which fills the place until it hands over
-            return row.get("surgeOf") in work.rows  # a replacement, which fills it after
+            return row.surge_of in work.rows  # a replacement, which fills it after
 
-        def rank(row: dict) -> tuple:
-            return (not handing_over(row), row["phase"] != READY, row["index"])
+        def rank(row: Row) -> tuple[bool, bool, int]:
+            return (not handing_over(row), row.phase != Phase.READY, row.index)
 
-        keep = {row["index"] for row in sorted(filling, key=rank)[:want]}
+        keep = {row.index for row in sorted(filling, key=rank)[:want]}
         for row in filling:
-            if row["index"] not in keep:
+            if row.index not in keep:
                 open_delete(work, row, "scaled down")
 
 
@@ -439,28 +264,27 @@ def _room(work: Work, want: int, filling: int) -> int:
     allows: the desired count (plus maxSurge under SurgeThenDrain). An Instance being
     deleted holds its place until its pods are terminating: scaled down and straight
     back up, a component does not run its old gangs and new ones side by side."""
-    leaving = sum(1 for row in work.rows.values() if row.get("phase") == DELETING and any(
-        not P.is_terminating(p) and not P.has_ended(p) for p in work.groups.get(row["index"], [])))
+    leaving = sum(1 for row in work.rows.values() if row.phase == Phase.DELETING and any(
+        not P.is_terminating(p) and not P.has_ended(p) for p in work.pods_of(row.index)))
     if not leaving:
         return want - filling
     ceiling = want
-    if work.lifecycle.strategy == SURGE_THEN_DRAIN:
+    if work.lifecycle.strategy == Strategy.SURGE_THEN_DRAIN:
         surge = scaled_value(work.lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), want)
         ceiling += want if surge is None else surge
     return max(0, ceiling - filling - leaving)
 
 
-def _replica(work: Work, rollout: dict) -> dict:
+def _replica(work: Work, rollout: RolloutOutcome) -> Json:
     """The InferenceReplica as this pass leaves it: spec from the repository, status
     from the rows and the pods."""
     desired, observed = work.desired, work.observed
     previous = observed.replica or {}
     for row in work.rows.values():
-        row["pods"] = [P.pod_row(p) for p in work.groups.get(row["index"], [])
-                       if not P.is_terminating(p)]
+        row.pods = [P.pod_row(p) for p in work.pods_of(row.index) if not P.is_terminating(p)]
     ordered = [work.rows[i] for i in sorted(work.rows)]
     status = component_status(work, ordered, work.previous, rollout)
-    status["instances"] = encode_rows(ordered)
+    status["instances"] = encode_rows([row.for_storage() for row in ordered])
     if work.retries:
         status["revisionRetries"] = work.retries
     metadata = copy.deepcopy(previous.get("metadata") or {})
@@ -487,13 +311,13 @@ def _replica(work: Work, rollout: dict) -> dict:
             "status": status}
 
 
-def _object_part(replica: dict) -> tuple:
+def _object_part(replica: Json) -> tuple[Any, ...]:
     """What a write of the InferenceReplica's object (not its status) sets."""
     metadata = replica.get("metadata") or {}
     return (replica.get("spec"), metadata.get("labels") or {}, metadata.get("annotations") or {})
 
 
-def _replica_changed(previous: dict | None, replica: dict) -> bool:
+def _replica_changed(previous: Json | None, replica: Json) -> bool:
     if previous is None:
         return True
     return (previous.get("spec") != replica["spec"]

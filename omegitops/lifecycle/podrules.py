@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from omegitops.lifecycle.names import LABEL_KEY, LABEL_VALUE
+from omegitops.lifecycle.state import Json
 from omegitops.quantities import parse_milli
 
 # All of a pod's annotations together (metadata validation).
@@ -38,7 +39,7 @@ def extended(resource: str) -> bool:
     return not native(resource) and not resource.startswith("requests.")
 
 
-def field_problem(spec: dict, metadata: dict) -> Problem | None:
+def field_problem(spec: Json, metadata: Json) -> Problem | None:
     """Quantities (negative, requests over limits, a resource that cannot be overcommitted
     with requests not equal to its limits, an extended resource not whole), ports outside
     1-65535, an image with surrounding spaces, an env name with '=', node selector labels
@@ -58,7 +59,7 @@ def field_problem(spec: dict, metadata: dict) -> Problem | None:
     return None
 
 
-def duplicate_problem(spec: dict) -> Problem | None:
+def duplicate_problem(spec: Json) -> Problem | None:
     """What the API server refuses as a ``Duplicate value``: two containers or two volumes
     of one name, two mounts at one path or two ports of one name in a container, one host
     port taken twice. ``what`` is ``the <thing> '<value>' twice``."""
@@ -81,17 +82,17 @@ def duplicate_problem(spec: dict) -> Problem | None:
     return f"the {what} {value!r} twice", "Duplicate value", field
 
 
-def containers(spec: dict) -> list[dict]:
+def containers(spec: Json) -> list[Json]:
     """Init containers, then containers (the order the API server reports them in)."""
     return [c for key in ("initContainers", "containers")
             for c in spec.get(key) or [] if isinstance(c, dict)]
 
 
-def _name(item: dict) -> Any:
+def _name(item: Json) -> Any:
     return item.get("name")
 
 
-def _container_field(container: dict) -> Problem | None:
+def _container_field(container: Json) -> Problem | None:
     name = container.get("name") or "(unnamed)"
     image = container.get("image")
     if isinstance(image, str) and image != image.strip():
@@ -111,7 +112,7 @@ def _container_field(container: dict) -> Problem | None:
     return _resource_field(resources if isinstance(resources, dict) else {}, name)
 
 
-def _resource_field(resources: dict, name: str) -> Problem | None:
+def _resource_field(resources: Json, name: str) -> Problem | None:
     amounts: dict[str, dict[str, int]] = {}
     for kind in ("requests", "limits"):
         given = resources.get(kind)
@@ -153,7 +154,7 @@ def _selector_field(selector: Any) -> Problem | None:
     return None
 
 
-def _duplicates(items: Any, key: Callable[[dict], Any]) -> list:
+def _duplicates(items: Any, key: Callable[[Json], Any]) -> list[Any]:
     """The values of ``key`` that more than one item of ``items`` has."""
     seen, twice = set(), []
     for item in items or []:

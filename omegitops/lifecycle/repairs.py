@@ -15,16 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.availability import unavailable
+from omegitops.lifecycle.bringup import step_restart
 from omegitops.lifecycle.budgets import scaled_value
-from omegitops.lifecycle.failures import ended_failure, failure_record, lost_record, wait_gone
+from omegitops.lifecycle.failures import ended_failure, failure_record, lost_record
 from omegitops.lifecycle.instance import InstancePods, instance_pods
+from omegitops.lifecycle.state import Json, Mode, OperationType, Phase, Row, Step
 from omegitops.lifecycle.templates import MAIN_CONTAINER
-from omegitops.lifecycle.work import READY, RESTART, Work
+from omegitops.lifecycle.work import Work
 
 RECREATE_INSTANCE = "RecreateInstanceOnPodRestart"
 WEDGED = ("CrashLoopBackOff", "ImagePullBackOff")
-RESTARTING = "Restarting"
-UNROUTE, DELETE_PODS = "Unroute", "DeletePods"
 RESET_ANNOTATION = "ome.io/reset-instances"
 RELEASE_ANNOTATION = "ome.io/release-revision"
 
@@ -34,14 +35,14 @@ class Trigger:
     """Why a Ready Instance needs repair; ``crash_loop`` repairs are budgeted."""
 
     text: str
-    failure: dict
+    failure: Json
     crash_loop: bool = False
     whole: bool = True
 
 
-def _restarted(work: Work, row: dict, pod: dict) -> Trigger | None:
+def _restarted(work: Work, row: Row, pod: Json) -> Trigger | None:
     """The main container restarted since the last pass saw the Instance Ready."""
-    seen = {p["name"]: p.get("restarts", 0) for p in row.get("pods") or []}
+    seen = {p["name"]: p.get("restarts", 0) for p in row.pods}
     name = pod["metadata"]["name"]
     if name not in seen or P.restarts(pod) <= seen[name]:
         return None
@@ -56,7 +57,7 @@ def _restarted(work: Work, row: dict, pod: dict) -> Trigger | None:
     return None
 
 
-def _wedged(work: Work, pod: dict) -> Trigger | None:
+def _wedged(work: Work, pod: Json) -> Trigger | None:
     """A pod stuck in CrashLoopBackOff or ImagePullBackOff past the stuck-pod grace."""
     grace = work.seconds("stuckPodGracePeriod")
     if grace is None or P.is_terminating(pod):
@@ -79,10 +80,10 @@ def _wedged(work: Work, pod: dict) -> Trigger | None:
     return None
 
 
-def find_trigger(work: Work, row: dict) -> Trigger | None:
+def find_trigger(work: Work, row: Row) -> Trigger | None:
     """Why the Ready Instance ``row`` needs a repair now, if it does."""
     policy = work.lifecycle.value("restartPolicy", "None")
-    pods = work.groups.get(row["index"], [])
+    pods = work.pods_of(row.index)
     own = work.own_pods(row)
     for pod in own:
         wedge = _wedged(work, pod)
@@ -122,10 +123,10 @@ def find_trigger(work: Work, row: dict) -> Trigger | None:
     return None
 
 
-def _own_names(work: Work, row: dict) -> list[str]:
+def _own_names(work: Work, row: Row) -> list[str]:
     """The names of the pods the Instance is made of, present or not."""
-    pods = instance_pods(work.pod_input(row["revision"]), row["index"], row["incarnation"],
-                         row.get("ordinal", 0))
+    pods = instance_pods(work.pod_input(row.revision), row.index, row.incarnation,
+                         row.own_ordinal)
     return [p["metadata"]["name"] for p in pods]
 
 
@@ -136,13 +137,12 @@ def plan_repairs(work: Work) -> None:
     budget = scaled_value(
         work.lifecycle.value("updateStrategy.rollingUpdate.maxUnavailable"),
         work.lifecycle.replicas)
-    from omegitops.lifecycle.rollout import unavailable
-
     down, down_rows = unavailable(work)
-    opened, held = 0, []
+    opened = 0
+    held: list[tuple[Row, int | None, int]] = []
     for index in sorted(work.rows):
         row = work.rows[index]
-        if row.get("operation") or row.get("phase") != READY or index in work.moved:
+        if row.operation is not None or row.phase != Phase.READY or index in work.moved:
             continue
         trigger = find_trigger(work, row)
         if trigger is None:
@@ -151,7 +151,7 @@ def plan_repairs(work: Work) -> None:
             if batch is not None and opened >= batch:
                 continue  # repaired on a following pass, without a RepairHeld event
             serving = InstancePods(work.needed_for(row),
-                                   work.groups.get(index, [])).serving_pod_count()
+                                   work.pods_of(index)).serving_pod_count()
             if serving and index not in down_rows:
                 if budget is not None and down + 1 > budget:
                     held.append((row, budget, down))
@@ -162,52 +162,27 @@ def plan_repairs(work: Work) -> None:
         open_restart(work, row, trigger)
     if held and not opened:
         row, budget, down = held[0]
-        work.event("Warning", "RepairHeld", row["index"],
+        work.event("Warning", "RepairHeld", row.index,
                    f"repair held: per-Component unavailability budget {budget} exhausted "
                    f"(would become {down + 1})")
 
 
-def open_restart(work: Work, row: dict, trigger: Trigger) -> None:
+def open_restart(work: Work, row: Row, trigger: Trigger) -> None:
     """Restart: unroute, delete once unrouted, recreate on the same revision one
     incarnation higher. Under restartPolicy None only the failed pod is replaced."""
-    row["lastFailure"] = trigger.failure
-    row["phase"] = RESTARTING
-    operation = work.operation(RESTART, UNROUTE, target=row["revision"],
-                               mode="Instance" if trigger.whole else "Pod")
-    row["operation"] = operation
+    row.last_failure = trigger.failure
+    row.phase = Phase.RESTARTING
+    row.operation = work.operation(OperationType.RESTART, Step.UNROUTE, target=row.revision,
+                                   mode=Mode.INSTANCE if trigger.whole else Mode.POD)
     # A restart raises the incarnation by one, and the Instance shows the new one from
     # the start (restart-policy.txt: "IDX/INC shows the new incarnation, such as 0/2").
     # Under None only the replaced pod is built at it; the pods that kept running keep
     # the label they started with, which tells the recreated pod from the others.
-    row["incarnation"] += 1
-    work.event("Normal", "RestartTriggered", row["index"],
-               f"restart triggered: {trigger.text} (incarnation={row['incarnation']})")
-    work.moved.add(row["index"])
+    row.incarnation += 1
+    work.event("Normal", "RestartTriggered", row.index,
+               f"restart triggered: {trigger.text} (incarnation={row.incarnation})")
+    work.moved.add(row.index)
     step_restart(work, row)
-
-
-def step_restart(work: Work, row: dict) -> None:
-    from omegitops.lifecycle.updates import bring_up, fail_operation, recreate
-
-    operation = row["operation"]
-    if operation.get("mode") == "Instance":
-        recreate(work, row, retarget=False)
-        return
-    # Only the failed or missing pod: delete what ended, then create what is missing.
-    if operation["step"] in (UNROUTE, DELETE_PODS, "WaitGone"):
-        ended = [p for p in work.own_pods(row) if P.has_ended(p) or P.is_terminating(p)]
-        for pod in ended:
-            if not P.is_terminating(pod):
-                work.delete(pod, 0)
-        if ended:
-            operation["step"] = "WaitGone"
-            work.wake(min(P.deletion_deadline(p) or work.now for p in ended))
-            failure = wait_gone(work, operation, ended)
-            if failure is not None:
-                fail_operation(work, row, failure)
-            return
-        operation["step"] = "CreatePods"
-    bring_up(work, row)
 
 
 def reset_and_release(work: Work, annotations: dict[str, str]) -> None:
@@ -227,11 +202,11 @@ def reset_and_release(work: Work, annotations: dict[str, str]) -> None:
         return
     wanted = None if value == "all" else {int(i) for i in value.split(",") if i.strip().isdigit()}
     for index, row in sorted(work.rows.items()):
-        if row.get("phase") != "Failed" or (wanted is not None and index not in wanted):
+        if row.phase != Phase.FAILED or (wanted is not None and index not in wanted):
             continue
-        if (row.get("operation") or {}).get("type") == "Update":
+        if row.operation is not None and row.operation.type == OperationType.UPDATE:
             continue
         # Rebuilt like any failed Instance: same incarnation, at the newest revision.
-        row["rebuild"] = True
-        row["operation"] = None
+        row.rebuild = True
+        row.operation = None
         work.event("Normal", "InstanceReset", index, "reset: starting over")

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 from omegitops.copying import json_copy
+from omegitops.lifecycle.state import Json, Mode, OperationType, Phase, Step
 
 API_VERSION = "ome.io/v1beta1"
 KIND = "InferenceReplica"
@@ -121,9 +123,14 @@ _ROW_FIELDS = {
     "phase": "a phase name",
     "revision": "a revision name",
 }
+# The names a row's phase and its operation's type, step and mode may take.
+_NAMES: dict[str, frozenset[str]] = {
+    name: frozenset(member.value for member in names)
+    for name, names in (("phase", Phase), ("type", OperationType), ("step", Step),
+                        ("mode", Mode))}
 
 
-def _readable(candidates: list[tuple[int, Any]]) -> tuple[list[dict], list[str]]:
+def _readable(candidates: list[tuple[int, Any]]) -> tuple[list[Json], list[str]]:
     rows, problems, seen = [], [], set()
     for number, row in candidates:
         problem = _row_problem(row)
@@ -148,6 +155,8 @@ def _row_problem(row: Any) -> str | None:
             fine = isinstance(value, int) and not isinstance(value, bool) and value >= low
         else:
             fine = isinstance(value, str) and bool(value)
+        if name == "phase":
+            fine = fine and value in _NAMES["phase"]
         if not fine:
             shown = "missing" if name not in row else f"{value!r} is not {wanted}"
             return f"{name}: {shown}"
@@ -161,6 +170,12 @@ def _row_problem(row: Any) -> str | None:
     if operation and not (isinstance(operation.get("type"), str)
                           and isinstance(operation.get("step"), str)):
         return "operation: needs a type and a step"
+    for name in ("type", "step", "mode"):
+        value = operation.get(name) if operation else None
+        if not operation:
+            break
+        if (value is not None or name != "mode") and value not in _NAMES[name]:
+            return f"operation.{name}: {value!r} is not an operation {name} omegitops knows"
     return None
 
 
@@ -176,7 +191,7 @@ def readable_status(status: Any) -> tuple[dict[str, Any], list[str]]:
     clean = dict(status)
     rows, problems = read_rows(status.get("instances"))
     clean["instances"] = rows
-    checks = {
+    checks: dict[str, Callable[[Any], bool]] = {
         "revisionRetries": lambda v: isinstance(v, dict) and all(
             isinstance(e, dict) and _whole(e.get("attempts", 0)) for e in v.values()),
         "eventOutbox": lambda v: isinstance(v, list) and all(

@@ -20,10 +20,11 @@ maxSurge and maxUnavailable, the other strategies maxUnavailable alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from omegitops.lifecycle.durations import DurationError, parse_duration
 from omegitops.lifecycle.operator import COMPONENTS, OperatorSettings
+from omegitops.lifecycle.state import Json, Strategy
 
 OMENATIVE = "OMENative"
 DEFAULT_MODE = "RawDeployment"
@@ -31,8 +32,9 @@ MODE_ANNOTATION = "ome.io/deploymentMode"
 HISTORY_ANNOTATION = "ome.io/revision-history-limit"
 
 ISVC, RUNTIME, OPERATOR, DEFAULT = "isvc", "runtime", "operator", "default"
-SURGE_THEN_DRAIN = "SurgeThenDrain"
-IN_PLACE = ("InPlaceIfPossible", "InPlaceOnly")
+# Plain strings: resolved values are copied with marshal, which refuses an enum member.
+SURGE_THEN_DRAIN = Strategy.SURGE_THEN_DRAIN.value
+IN_PLACE = (Strategy.IN_PLACE_IF_POSSIBLE.value, Strategy.IN_PLACE_ONLY.value)
 SINGLE, GANG = "single", "gang"
 
 
@@ -61,7 +63,7 @@ class ComponentLifecycle:
 
     @property
     def managed(self) -> bool:
-        return self.mode.value == OMENATIVE
+        return bool(self.mode.value == OMENATIVE)
 
     def value(self, name: str, default: Any = None) -> Any:
         resolved = self.fields.get(name)
@@ -69,11 +71,13 @@ class ComponentLifecycle:
 
     @property
     def strategy(self) -> str:
-        return self.value("updateStrategy.type", SURGE_THEN_DRAIN)
+        # As the manifests give it: the schema holds it to a string.
+        return cast(str, self.value("updateStrategy.type", SURGE_THEN_DRAIN))
 
     @property
     def min_ready_seconds(self) -> int:
-        return self.value("minReadySeconds", 0)
+        # As the manifests give it: the schema holds it to an integer.
+        return cast(int, self.value("minReadySeconds", 0))
 
     def lifecycle_spec(self) -> dict[str, Any]:
         """The lifecycle as the InferenceReplica's spec shows it: only what is set
@@ -128,7 +132,7 @@ def dig(data: Any, path: tuple[str | int, ...]) -> Any:
     return data
 
 
-def _first(*candidates: tuple[str, Any, tuple]) -> Resolved | None:
+def _first(*candidates: tuple[str, Any, tuple[str | int, ...]]) -> Resolved | None:
     """The first candidate whose value is set (None means unset; 0 is set)."""
     for source, value, path in candidates:
         if value is not None:
@@ -148,7 +152,7 @@ def components_of(isvc: dict[str, Any], runtime: dict[str, Any] | None) -> list[
     return present
 
 
-def shape_of(component_spec: dict, runtime_config: dict) -> tuple[str, int]:
+def shape_of(component_spec: Json, runtime_config: Json) -> tuple[str, int]:
     """(``gang``, workers) when the component has a leader and workers, else (``single``, 0).
 
     The service's own leader/worker override the runtime's, as OME merges them.
@@ -166,7 +170,7 @@ def shape_of(component_spec: dict, runtime_config: dict) -> tuple[str, int]:
 
 
 def resolve_mode(
-    isvc: dict, runtime: dict | None, component: str, operator: OperatorSettings
+    isvc: Json, runtime: Json | None, component: str, operator: OperatorSettings
 ) -> Resolved:
     """The deployment mode of one component.
 
@@ -191,7 +195,7 @@ def resolve_mode(
 
 
 def _lifecycle_field(
-    name: str, component: str, isvc: dict, runtime: dict | None, operator_value: Any
+    name: str, component: str, isvc: Json, runtime: Json | None, operator_value: Any
 ) -> Resolved | None:
     sub = LIFECYCLE_FIELDS[name]
     isvc_path = ("spec", component, "lifecycle", *sub)
@@ -215,14 +219,15 @@ def resolve_component(
     shape, workers = shape_of(component_spec, runtime_config)
     replicas = _replicas(component_spec, runtime_config)
     mode = resolve_mode(isvc, runtime, component, operator)
-    base = {"component": component, "mode": mode, "shape": shape, "worker_size": workers,
-            "replicas": replicas}
+    # The fields every ComponentLifecycle has, of mixed types: Any lets them be spread.
+    base: dict[str, Any] = {"component": component, "mode": mode, "shape": shape,
+                            "worker_size": workers, "replicas": replicas}
     if mode.value != OMENATIVE:
         return ComponentLifecycle(**base)
     return ComponentLifecycle(**base, fields=_fields(isvc, runtime, component, shape, operator))
 
 
-def _replicas(component_spec: dict, runtime_config: dict) -> int:
+def _replicas(component_spec: Json, runtime_config: Json) -> int:
     """Desired Instances: minReplicas (the autoscaler counts Instances), 1 when unset."""
     found = _first(
         (ISVC, component_spec.get("minReplicas"), ()),
@@ -233,7 +238,7 @@ def _replicas(component_spec: dict, runtime_config: dict) -> int:
 
 
 def _fields(
-    isvc: dict, runtime: dict | None, component: str, shape: str, operator: OperatorSettings
+    isvc: Json, runtime: Json | None, component: str, shape: str, operator: OperatorSettings
 ) -> dict[str, Resolved]:
     chart = operator.strategy_for(component)
 
@@ -271,7 +276,7 @@ def _fields(
     return fields
 
 
-def _operator_fields(isvc: dict, operator: OperatorSettings) -> dict[str, Resolved]:
+def _operator_fields(isvc: Json, operator: OperatorSettings) -> dict[str, Resolved]:
     """Settings with no per-component field; one has a per-service annotation."""
     raw = operator.raw.get("lifecycle", {})
 

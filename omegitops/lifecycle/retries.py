@@ -11,26 +11,28 @@ its next attempt, so a crashing gang is not recreated in a tight loop.
 
 from __future__ import annotations
 
+from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.durations import parse_duration
 from omegitops.lifecycle.failures import revision_caused
+from omegitops.lifecycle.state import Json, Row
 from omegitops.lifecycle.work import Work
 from omegitops.times import format_time, parse_time
 
 PAUSE_FIRST, PAUSE_MAX = 30.0, 300.0
 
 
-def record_failure(work: Work, row: dict, target: str, failure: dict) -> None:
-    row["lastFailure"] = failure
+def record_failure(work: Work, row: Row, target: str, failure: Json) -> None:
+    row.last_failure = failure
     if revision_caused(failure):
-        _count_against_revision(work, row, target)
+        _count_against_revision(work, row, failure, target)
         return
     _steer(work, row)
-    attempts = int(row.get("attempts") or 0) + 1
-    row["attempts"] = attempts
-    row["retryAt"] = format_time(work.now + min(PAUSE_MAX, PAUSE_FIRST * 2 ** (attempts - 1)))
+    attempts = int(row.attempts or 0) + 1
+    row.attempts = attempts
+    row.retry_at = format_time(work.now + min(PAUSE_MAX, PAUSE_FIRST * 2 ** (attempts - 1)))
 
 
-def _count_against_revision(work: Work, row: dict, target: str) -> None:
+def _count_against_revision(work: Work, row: Row, failure: Json, target: str) -> None:
     entry = work.retries.setdefault(target, {"attempts": 0, "held": False})
     entry["attempts"] += 1
     retry = work.lifecycle.value("updateRetry")
@@ -40,39 +42,45 @@ def _count_against_revision(work: Work, row: dict, target: str) -> None:
         return
     if not entry["held"]:
         entry["held"] = True
-        work.event("Warning", "RevisionHeld", row["index"],
+        work.event("Warning", "RevisionHeld", row.index,
                    f"holding revision {target} after {entry['attempts']} failed "
                    f"attempt{'s' if entry['attempts'] != 1 else ''}: "
-                   f"{row['lastFailure']['reason']}")
+                   f"{failure['reason']}")
 
 
-def may_start(work: Work, row: dict, target: str) -> bool:
-    """Whether an update of ``row`` toward ``target`` may start now (waking when it may)."""
+def start_wait(work: Work, row: Row, target: str) -> tuple[bool, float | None]:
+    """(whether an update of ``row`` toward ``target`` may start now, when it may if it
+    has to wait for a backoff); reads only."""
     entry = work.retries.get(target) or {}
     if entry.get("held"):
-        return False
-    for key in (entry.get("nextAttemptAt"), row.get("retryAt")):
+        return False, None
+    for key in (entry.get("nextAttemptAt"), row.retry_at):
         if key and work.now < parse_time(key):
-            work.wake(parse_time(key))
-            return False
-    return True
+            return False, parse_time(key)
+    return True, None
+
+
+def may_start(work: Work, row: Row, target: str) -> bool:
+    """Whether an update of ``row`` toward ``target`` may start now (waking when it may)."""
+    allowed, wake = start_wait(work, row, target)
+    work.wake(wake)
+    return allowed
 
 
 def held(work: Work, target: str) -> bool:
     return bool((work.retries.get(target) or {}).get("held"))
 
 
-def _steer(work: Work, row: dict) -> None:
+def _steer(work: Work, row: Row) -> None:
     """When every pod of the failed attempt ran on one node, the next attempt avoids it
     (autoMigrate.maxAttempts moves per Instance; migrationPolicy.mode Never turns it off)."""
     limit = work.lifecycle.value("autoMigrate.maxAttempts")
     if not limit or work.lifecycle.value("migrationPolicy.mode") == "Never":
         return
-    from omegitops.lifecycle import pods as P
-
-    nodes = {P.node_of(p) for p in work.groups.get(row["index"], [])}
-    nodes.discard(None)
-    avoid = row.setdefault("avoidNodes", [])
+    nodes = {node for node in map(P.node_of, work.pods_of(row.index)) if node is not None}
+    if row.avoid_nodes is None:
+        row.avoid_nodes = []
+    avoid = row.avoid_nodes
     if len(nodes) == 1 and len(avoid) < int(limit):
         node = nodes.pop()
         if node not in avoid:

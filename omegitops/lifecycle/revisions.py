@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from omegitops.copying import Packed
-from omegitops.lifecycle.actions import ApplyObject, DeleteObject
+from omegitops.lifecycle.actions import Action, ApplyObject, DeleteObject
+from omegitops.lifecycle.state import Json, Row
 from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 
 KIND = "ControllerRevision"
@@ -38,7 +39,7 @@ def revision_object(desired: Any, number: int) -> dict[str, Any]:
     }
 
 
-def pack_revision(revision: dict) -> dict:
+def pack_revision(revision: Json) -> Json:
     """A shallow copy of an observed ControllerRevision with its ``data`` packed.
 
     Each holds its component's templates and runtime config: 15 KB as Python
@@ -50,7 +51,7 @@ def pack_revision(revision: dict) -> dict:
     return {**revision, "data": Packed(data)}
 
 
-def revision_data(revision: dict) -> dict:
+def revision_data(revision: Json) -> Json:
     """A revision's ``data``, packed or not; {} when it has none."""
     data = revision.get("data")
     if isinstance(data, Packed):
@@ -58,23 +59,23 @@ def revision_data(revision: dict) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def stored_templates(revisions: Iterable[dict], name: str) -> dict | None:
+def stored_templates(revisions: Iterable[Json], name: str) -> Json | None:
     for revision in revisions:
         if revision["metadata"]["name"] == name:
             return revision_data(revision).get("templates")
     return None
 
 
-def stored_runtime_config(revisions: Iterable[dict], name: str) -> dict | None:
+def stored_runtime_config(revisions: Iterable[Json], name: str) -> Json | None:
     for revision in revisions:
         if revision["metadata"]["name"] == name:
             return revision_data(revision).get("runtimeConfig")
     return None
 
 
-def plan_revisions(desired: Any, stored: list[dict], rows: Iterable[dict]) -> list:
+def plan_revisions(desired: Any, stored: list[Json], rows: Iterable[Row]) -> list[Action]:
     """Store the desired revision if it is new; prune what history allows."""
-    actions: list = []
+    actions: list[Action] = []
     names = {r["metadata"]["name"] for r in stored}
     numbers = [int(r.get("revision") or 0) for r in stored]
     if desired.revision not in names:
@@ -83,8 +84,8 @@ def plan_revisions(desired: Any, stored: list[dict], rows: Iterable[dict]) -> li
     limit = desired.lifecycle.value("revisionHistoryLimit")
     if not isinstance(limit, int):
         return actions
-    in_use = {desired.revision} | {row.get("revision") for row in rows}
-    in_use |= {(row.get("operation") or {}).get("targetRevision") for row in rows}
+    in_use = {desired.revision} | {row.revision for row in rows}
+    in_use |= {row.operation.target_revision for row in rows if row.operation is not None}
     history = sorted(
         (r for r in stored if r["metadata"]["name"] not in in_use),
         key=lambda r: int(r.get("revision") or 0),

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import SetServing
-from omegitops.lifecycle.operations import CREATE_PODS, DELETE_PODS, UNROUTE, WAIT_GONE, WAIT_READY
-from omegitops.lifecycle.work import CREATE, DELETE, DRAIN, FAILED, RESTART, UPDATE, Work
+from omegitops.lifecycle.state import Json, Mode, OperationType, Phase, Row, Step
+from omegitops.lifecycle.work import Work
 
 # The steps of a bring-up before its pods are admitted, and of a teardown.
-_OUT_STEPS = (UNROUTE, DELETE_PODS, WAIT_GONE, CREATE_PODS, WAIT_READY)
+_OUT_STEPS = (Step.UNROUTE, Step.DELETE_PODS, Step.WAIT_GONE, Step.CREATE_PODS,
+              Step.WAIT_READY)
 
 
 def converge_rotation(work: Work) -> None:
@@ -37,26 +38,29 @@ def converge_rotation(work: Work) -> None:
         live = [p for p in work.groups.get(index, [])
                 if not P.is_terminating(p) and not P.has_ended(p)]
         gates = {planned.get(p["metadata"]["name"], P.gate_set(p)) for p in live}
-        one_pod = (row.get("operation") or {}).get("mode") == "Pod"
+        one_pod = row.operation is not None and row.operation.mode == Mode.POD
         mixed = work.desired.gang and len(gates) > 1 and not one_pod
         if mixed or (True in gates and out_of_rotation(row)):
             _take_out(work, live)
 
 
-def out_of_rotation(row: dict) -> bool:
+def out_of_rotation(row: Row) -> bool:
     """Whether the Instance's state says none of its pods serves."""
-    if row.get("phase") == FAILED:
+    if row.phase == Phase.FAILED:
         return True
-    operation = row.get("operation") or {}
-    kind, step, mode = operation.get("type"), operation.get("step"), operation.get("mode")
-    if kind == DELETE:
+    operation = row.operation
+    if operation is None:
+        return False
+    kind, mode = operation.type, operation.mode
+    if kind == OperationType.DELETE:
         return True
-    whole = kind == CREATE or (kind == RESTART and mode == "Instance") or (
-        kind == UPDATE and mode == DRAIN)
-    return whole and step in _OUT_STEPS
+    whole = kind == OperationType.CREATE or (
+        kind == OperationType.RESTART and mode == Mode.INSTANCE) or (
+        kind == OperationType.UPDATE and mode == Mode.DRAIN)
+    return whole and operation.step in _OUT_STEPS
 
 
-def _take_out(work: Work, pods: list[dict]) -> None:
+def _take_out(work: Work, pods: list[Json]) -> None:
     """Out of rotation, all of them: a gate write this pass planned the other way goes."""
     names = {p["metadata"]["name"] for p in pods}
     work.actions[:] = [a for a in work.actions

@@ -9,10 +9,12 @@ the workers can reach the leader while they all start.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 from omegitops.lifecycle.actions import ApplyObject
 from omegitops.lifecycle.instance import headless_name
+from omegitops.lifecycle.state import Json
 from omegitops.lifecycle.templates import (
     LABEL_COMPONENT,
     LABEL_ENTRY,
@@ -29,7 +31,7 @@ def _labels(desired: Any) -> dict[str, str]:
     return {LABEL_ISVC: desired.isvc, LABEL_COMPONENT: desired.component, MANAGED_BY: MANAGER}
 
 
-def _ports(desired: Any) -> list[dict]:
+def _ports(desired: Any) -> list[Json]:
     runner = LEADER if desired.gang else "default"
     containers = desired.templates[runner]["spec"].get("containers") or []
     ports = []
@@ -42,7 +44,7 @@ def _ports(desired: Any) -> list[dict]:
     return ports or [{"name": "http", "port": 8080, "targetPort": 8080, "protocol": "TCP"}]
 
 
-def desired_services(desired: Any) -> list[dict]:
+def desired_services(desired: Any) -> list[Json]:
     selector = {LABEL_ISVC: desired.isvc, LABEL_COMPONENT: desired.component}
     services = [{
         "apiVersion": "v1",
@@ -63,7 +65,7 @@ def desired_services(desired: Any) -> list[dict]:
     return services
 
 
-def plan_services(desired: Any, observed: dict[str, dict]) -> list[ApplyObject]:
+def plan_services(desired: Any, observed: dict[str, Json]) -> list[ApplyObject]:
     """Create missing Services and put back the fields we own when they drift."""
     actions = []
     for service in desired_services(desired):
@@ -82,7 +84,7 @@ def podgroup_name(desired: Any, index: int) -> str:
     return f"{desired.name}-{index}"
 
 
-def plan_podgroup(desired: Any, index: int, observed: dict[str, dict] | None,
+def plan_podgroup(desired: Any, index: int, observed: dict[str, Json] | None,
                   members: int | None = None) -> ApplyObject | None:
     """A PodGroup for a gang, when the cluster has the kind, so that a gang-aware
     scheduler places all its pods or none: made with the Instance's pods, and set to
@@ -105,8 +107,8 @@ def plan_podgroup(desired: Any, index: int, observed: dict[str, dict] | None,
     }, exists=False)
 
 
-def left_podgroups(desired: Any, observed: dict[str, dict] | None, rows: dict[int, dict],
-                   groups: dict[int, list[dict]]) -> list[str]:
+def left_podgroups(desired: Any, observed: dict[str, Json] | None, rows: Container[int],
+                   groups: dict[int, list[Json]]) -> list[str]:
     """PodGroups of Instances that are gone (no row, no pod left): a gang replaced by
     SurgeThenDrain, or one removed by a scale-down, takes its PodGroup with it."""
     prefix = f"{desired.name}-"

@@ -15,26 +15,29 @@ during a surge:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.instance import InstancePods
 from omegitops.lifecycle.missing import REVISION_MISSING, missing_revisions
 from omegitops.lifecycle.resolve import ISVC, RUNTIME, timeout_seconds
+from omegitops.lifecycle.rollout import RolloutOutcome
+from omegitops.lifecycle.state import Json, OperationType, Phase, Row
+from omegitops.lifecycle.work import DesiredComponent, Work
 from omegitops.times import format_time
 
 TRUE, FALSE = "True", "False"
 
 
-def component_status(work: Any, rows: list[dict], previous: dict,
-                     rollout: dict) -> dict[str, Any]:
+def component_status(work: Work, rows: list[Row], previous: Json,
+                     rollout: RolloutOutcome) -> Json:
     desired, now = work.desired, work.now
     min_ready = desired.lifecycle.min_ready_seconds
     ready = available = serving = updated = 0
     for row in rows:
         # Every pod of the Instance counts, so it still counts during a surge.
         need = work.needed_for(row)
-        pods = InstancePods(need, work.groups.get(row["index"], []))
+        pods = InstancePods(need, work.pods_of(row.index))
         if pods.ready_count() >= need:
             ready += 1
         since = pods.containers_ready_since()
@@ -42,7 +45,7 @@ def component_status(work: Any, rows: list[dict], previous: dict,
             available += 1
         if pods.serving_pod_count() >= need:
             serving += 1
-        if row.get("revision") == desired.revision and row.get("phase") != "Deleting":
+        if row.revision == desired.revision and row.phase != Phase.DELETING:
             updated += 1
     want = desired.lifecycle.replicas
     counts = {
@@ -60,11 +63,11 @@ def component_status(work: Any, rows: list[dict], previous: dict,
         "currentRevision": _current_revision(rows, desired.revision, want),
         "updateRevision": desired.revision,
         "conditions": conditions,
-        "rolloutHold": rollout.get("hold"),
+        "rolloutHold": rollout.hold,
     }
 
 
-def _current_revision(rows: list[dict], update: str, want: int) -> str | None:
+def _current_revision(rows: list[Row], update: str, want: int) -> str | None:
     """The revision most Instances run, Ready ones first; ties go to the name, so the
     answer never depends on hash order. A component scaled to zero with no Instance
     left runs nothing older than its update revision, which is then its current one,
@@ -73,17 +76,17 @@ def _current_revision(rows: list[dict], update: str, want: int) -> str | None:
         return update
     counts: dict[str, tuple[int, int]] = {}
     for row in rows:
-        revision = row.get("revision")
+        revision = row.revision
         if revision:
             ready, total = counts.get(revision, (0, 0))
-            counts[revision] = (ready + (row.get("phase") == "Ready"), total + 1)
+            counts[revision] = (ready + (row.phase == Phase.READY), total + 1)
     if not counts:
         return None
     return min(counts, key=lambda r: (-counts[r][0], -counts[r][1], r))
 
 
-def _conditions(work: Any, rows: list[dict], counts: dict, want: int,
-                previous: list[dict], rollout: dict) -> list[dict]:
+def _conditions(work: Work, rows: list[Row], counts: dict[str, int], want: int,
+                previous: list[Json], rollout: RolloutOutcome) -> list[Json]:
     desired, now = work.desired, work.now
     wanted = {
         "Ready": _ready(desired, rows, counts, want, rollout),
@@ -111,68 +114,70 @@ def _conditions(work: Any, rows: list[dict], counts: dict, want: int,
     return [_condition(kind, *value, previous, now) for kind, value in wanted.items()]
 
 
-def _ready(desired: Any, rows: list[dict], counts: dict, want: int,
-           rollout: dict) -> tuple[str, str, str]:
-    failed = [row["index"] for row in rows if row.get("phase") == "Failed"]
+def _ready(desired: DesiredComponent, rows: list[Row], counts: dict[str, int], want: int,
+           rollout: RolloutOutcome) -> tuple[str, str, str]:
+    failed = [row.index for row in rows if row.phase == Phase.FAILED]
     serving = counts["servingReplicas"]
     if failed:
         return (FALSE, "InstanceFailed", (f"Instances {_list(failed)} failed; "
                 f"{serving}/{want} Instances serving"))
     if serving < want:
         return FALSE, "InsufficientServing", f"{serving}/{want} Instances serving"
-    staged = _staged(desired, rows, want, rollout.get("partition") or 0)
+    staged = _staged(desired, rows, want, rollout.partition)
     if staged:
         return TRUE, "Staged", staged
     return TRUE, "AllInstancesServing", f"{serving}/{want} Instances serving"
 
 
-def _staged(desired: Any, rows: list[dict], want: int, partition: int) -> str | None:
+def _staged(desired: DesiredComponent, rows: list[Row], want: int,
+            partition: int) -> str | None:
     """update-strategies.txt: ``Staged at partition 1: 1/2 Instances on <rev>, 1 held on
     the prior revision`` once every Instance at or above the partition has moved."""
     if partition <= 0:
         return None
-    held = [r for r in rows if r["index"] < partition and r.get("revision") != desired.revision]
-    moved = [r for r in rows if r.get("revision") == desired.revision]
-    above = [r for r in rows if r["index"] >= partition]
-    if not held or any(r.get("revision") != desired.revision or r.get("operation")
+    held = [r for r in rows if r.index < partition and r.revision != desired.revision]
+    moved = [r for r in rows if r.revision == desired.revision]
+    above = [r for r in rows if r.index >= partition]
+    if not held or any(r.revision != desired.revision or r.operation is not None
                        for r in above):
         return None
     return (f"Staged at partition {partition}: {len(moved)}/{want} Instances on "
             f"{desired.revision}, {len(held)} held on the prior revision")
 
 
-def _progressing(rows: list[dict], want: int) -> tuple[str, str, str]:
-    in_flight = [row for row in rows if row.get("operation") and row.get("phase") != "Failed"]
+def _progressing(rows: list[Row], want: int) -> tuple[str, str, str]:
+    in_flight = [row for row in rows if row.operation is not None
+                 and row.phase != Phase.FAILED]
     if in_flight or len(rows) != want:
         return (TRUE, "InstancesChanging",
                 _plural(len(in_flight), "Instance operation") + " in flight")
     return FALSE, "Settled", "no Instance operation in flight"
 
 
-def _stalled(work: Any, rows: list[dict], rollout: dict) -> tuple[str, str, str]:
+def _stalled(work: Work, rows: list[Row], rollout: RolloutOutcome) -> tuple[str, str, str]:
     target = work.desired.revision
-    if rollout.get("refused"):
+    if rollout.refused:
         return (TRUE, "InPlaceUpdateNotPossible",
-                (f"InPlaceOnly refused to move Instances {_list(rollout['refused'])}: the change "
+                (f"InPlaceOnly refused to move Instances {_list(rollout.refused)}: the change "
                 "is more than container images"))
     if (work.retries.get(target) or {}).get("held"):
         return TRUE, "RevisionHeld", f"revision {target} is held after failed attempts"
-    failed = [r["index"] for r in rows if r.get("phase") == "Failed"
-              and (r.get("operation") or {}).get("type") == "Update"]
+    failed = [r.index for r in rows if r.phase == Phase.FAILED
+              and r.operation is not None and r.operation.type == OperationType.UPDATE]
     if failed:
         return TRUE, "InstanceFailed", f"Instances {_list(failed)} failed during the rollout"
     return FALSE, "RolloutMoving", "nothing stops the rollout"
 
 
-def _drain_overdue(rows: list[dict]) -> tuple[str, str, str]:
-    overdue = [r["index"] for r in rows if (r.get("operation") or {}).get("overdue")]
+def _drain_overdue(rows: list[Row]) -> tuple[str, str, str]:
+    overdue = [r.index for r in rows if r.operation is not None and r.operation.overdue]
     if overdue:
         return (TRUE, "DrainOverdue", (f"Instances {_list(overdue)} are still draining past "
                 "their deadline; they do not fail (see Recover stuck deletions)"))
     return FALSE, "NoDrainOverdue", "no drain is past its deadline"
 
 
-def _component_ready(desired: Any, counts: dict, want: int) -> tuple[str, str, str]:
+def _component_ready(desired: DesiredComponent, counts: dict[str, int], want: int) -> tuple[str, str, str]:
     """restart-policy.txt: False with InsufficientAvailable while an Instance is out by
     default; with maxUnavailable set, True with MinimumAvailable while no more than that
     many Instances are out of service.
@@ -192,7 +197,7 @@ def _component_ready(desired: Any, counts: dict, want: int) -> tuple[str, str, s
     return FALSE, "InsufficientAvailable", message + f" (maxUnavailable {budget})"
 
 
-def _timeout(desired: Any) -> tuple[str, str, str]:
+def _timeout(desired: DesiredComponent) -> tuple[str, str, str]:
     if timeout_seconds(desired.lifecycle) is None:
         return (TRUE, "NoDeadline", ("lifecycle.instanceReadyTimeout is unset everywhere: "
                 "operations get no deadline and a stuck Instance waits for you"))
@@ -200,8 +205,8 @@ def _timeout(desired: Any) -> tuple[str, str, str]:
             f"operations time out after {desired.lifecycle.value('instanceReadyTimeout')}")
 
 
-def _condition(kind: str, status: str, reason: str, message: str, previous: list[dict],
-               now: float) -> dict:
+def _condition(kind: str, status: str, reason: str, message: str, previous: list[Json],
+               now: float) -> Json:
     """A condition whose lastTransitionTime moves only when its status does."""
     since = format_time(now)
     for old in previous:
@@ -215,5 +220,5 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def _list(indices: list[int]) -> str:
+def _list(indices: Iterable[int]) -> str:
     return ", ".join(str(i) for i in indices)

@@ -18,6 +18,7 @@ from typing import Any
 from omegitops.copying import json_copy
 from omegitops.lifecycle.patchkeys import CONTAINER, POD_SPEC, field_of, merge_key
 from omegitops.lifecycle.resolve import RUNTIME_CONFIG, ComponentLifecycle, dig
+from omegitops.lifecycle.state import Json
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "omegitops"
@@ -104,10 +105,11 @@ def _merge_list(base: Any, over: Any, key: str, definition: str | None) -> Any:
     if not (isinstance(base, list) and isinstance(over, list)):
         return copy.deepcopy(over)
     base_items = [item for item in base if isinstance(item, dict)]
-    where = {}
-    for position, item in enumerate(base_items):
-        where.setdefault(item.get(key), position)
-    patched = []
+    # Merge key -> the item's place in ``base``; a key may be any JSON value.
+    where: dict[Any, int] = {}
+    for place, item in enumerate(base_items):
+        where.setdefault(item.get(key), place)
+    patched: list[Json] = []
     for item in (item for item in over if isinstance(item, dict)):
         position = where.get(item.get(key))
         patched.append(copy.deepcopy(item) if position is None
@@ -126,14 +128,14 @@ def _merge_list(base: Any, over: Any, key: str, definition: str | None) -> Any:
     return merged
 
 
-def _before(where: dict, base_key: Any, patch_key: Any) -> bool:
+def _before(where: dict[Any, int], base_key: Any, patch_key: Any) -> bool:
     """Whether a base-only item goes before a patch item: only when both stood in the
     base, the base-only one first."""
     mine, theirs = where.get(base_key), where.get(patch_key)
     return mine is not None and theirs is not None and mine < theirs
 
 
-def _pod_part(config: dict) -> tuple[dict, dict, dict]:
+def _pod_part(config: Json) -> tuple[Json, Json, Json]:
     """(pod spec fields, labels, annotations) of a component or runner config."""
     # No deep copy here: the only caller hands ``spec`` to ``merge``, which copies every
     # value it takes from ``over`` (a second copy of each layer cost a tenth of planning).
@@ -141,16 +143,16 @@ def _pod_part(config: dict) -> tuple[dict, dict, dict]:
     return spec, dict(config.get("labels") or {}), dict(config.get("annotations") or {})
 
 
-def _template(layers: list[dict], isvc_meta: dict | None = None) -> dict:
+def _template(layers: list[Json], isvc_meta: Json | None = None) -> Json:
     """Merge config layers (lowest first) into one pod template, over the
     InferenceService's own labels and annotations (OME unions them with the
     component's, which win)."""
     isvc_meta = isvc_meta or {}
-    spec: dict = {}
-    labels: dict = dict(isvc_meta.get("labels") or {})
-    annotations: dict = {k: v for k, v in (isvc_meta.get("annotations") or {}).items()
+    spec: Json = {}
+    labels: Json = dict(isvc_meta.get("labels") or {})
+    annotations: Json = {k: v for k, v in (isvc_meta.get("annotations") or {}).items()
                          if k not in _ANNOTATIONS_KEPT_OFF}
-    runner: dict = {}
+    runner: Json = {}
     for layer in layers:
         if not isinstance(layer, dict):
             continue
@@ -171,7 +173,7 @@ def _template(layers: list[dict], isvc_meta: dict | None = None) -> dict:
 
 def render_templates(
     isvc: dict[str, Any], runtime: dict[str, Any] | None, lifecycle: ComponentLifecycle
-) -> dict[str, dict]:
+) -> dict[str, Json]:
     """``{runner: pod template}``: ``default``, or ``leader`` and ``worker``."""
     component = lifecycle.component
     runtime_config = dig(runtime, ("spec", RUNTIME_CONFIG[component])) or {}
@@ -184,7 +186,7 @@ def render_templates(
         runners = {runner: [runtime_config, runtime_config.get(runner) or {},
                             service_config, service_config.get(runner) or {}]
                    for runner in (LEADER, WORKER)}
-    templates = {}
+    templates: dict[str, Json] = {}
     for runner, layers in runners.items():
         template = _template(layers, meta)
         if selector:
@@ -199,14 +201,14 @@ def render_templates(
     return templates
 
 
-def workers_of(templates: dict[str, dict], default: int) -> int:
+def workers_of(templates: dict[str, Json], default: int) -> int:
     """A gang's worker count at the revision of ``templates`` (``default`` for one
     stored before the size was part of it)."""
     size = (templates.get(WORKER) or {}).get(SIZE)
     return size if isinstance(size, int) else default
 
 
-def _node_selector(isvc: dict, runtime: dict | None, component: str) -> dict:
+def _node_selector(isvc: Json, runtime: Json | None, component: str) -> Json:
     """The runtime's top-level ``spec.nodeSelector`` under the component's own, which
     wins (OME's MergeNodeSelector); engine and decoder pods only, as OME applies it."""
     if component not in ("engine", "decoder"):
@@ -216,7 +218,9 @@ def _node_selector(isvc: dict, runtime: dict | None, component: str) -> dict:
     return merged
 
 
-def ome_pod_metadata(isvc: dict, runtime: dict | None, component: str) -> dict[str, dict]:
+def ome_pod_metadata(
+    isvc: Json, runtime: Json | None, component: str
+) -> dict[str, dict[str, str]]:
     """The labels and annotations OME gives each pod of a component whatever its
     revision (ProcessBaseLabels, ProcessBaseAnnotations).
 
@@ -228,7 +232,8 @@ def ome_pod_metadata(isvc: dict, runtime: dict | None, component: str) -> dict[s
     """
     spec = isvc.get("spec") or {}
     runtime_name = dig(runtime, ("metadata", "name")) or dig(spec, ("runtime", "name")) or ""
-    model = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    given = spec.get("model")
+    model: Json = given if isinstance(given, dict) else {}
     labels = {
         OME_COMPONENT: component,
         OME_RUNTIME: str(runtime_name),
@@ -251,7 +256,7 @@ _SPEC_DEFAULTS = {"terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirs
                   "schedulerName": "default-scheduler", "restartPolicy": "Always"}
 
 
-def normalize(template: dict) -> dict:
+def normalize(template: Json) -> Json:
     """A canonical form: defaults dropped, env and named lists sorted, quantities as strings.
 
     Two templates that mean the same pod (env reordered, defaults spelled
@@ -272,7 +277,7 @@ def normalize(template: dict) -> dict:
     return template
 
 
-def _normalize_container(container: dict) -> None:
+def _normalize_container(container: Json) -> None:
     for key, default in _CONTAINER_DEFAULTS.items():
         if container.get(key) == default:
             del container[key]
@@ -286,8 +291,8 @@ def _normalize_container(container: dict) -> None:
             del port["protocol"]
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         if isinstance(container.get(probe), dict):
-            for key, default in _PROBE_DEFAULTS.items():
-                if container[probe].get(key) == default:
+            for key, probe_default in _PROBE_DEFAULTS.items():
+                if container[probe].get(key) == probe_default:
                     del container[probe][key]
     resources = container.get("resources") or {}
     for kind in ("requests", "limits"):
@@ -302,19 +307,19 @@ def _default_pull_policy(image: str) -> str:
     return "Always" if ":" not in tag or tag.endswith(":latest") else "IfNotPresent"
 
 
-def revision_hash(templates: dict[str, dict]) -> str:
+def revision_hash(templates: dict[str, Json]) -> str:
     """Eight hex digits of a stable hash of the normalized templates."""
     canonical = json.dumps(templates, sort_keys=True, separators=(",", ":"), check_circular=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:8]
 
 
-def revision_name(isvc_name: str, component: str, templates: dict[str, dict],
+def revision_name(isvc_name: str, component: str, templates: dict[str, Json],
                   digest: str | None = None) -> str:
     """``{isvc}-{component}-{8 hex}``: same manifests, same name; any template change, new
     name. ``digest`` is ``revision_hash(templates)`` when the caller already has it."""
     return f"{isvc_name}-{component}-{digest or revision_hash(templates)}"
 
 
-def images_of(template: dict) -> dict[str, str]:
+def images_of(template: Json) -> dict[str, str]:
     """Regular container name -> image (in-place updates touch only these)."""
     return {c.get("name"): c.get("image") for c in template["spec"].get("containers", [])}

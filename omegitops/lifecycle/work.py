@@ -17,15 +17,10 @@ from omegitops.lifecycle.replica import replica_name
 from omegitops.lifecycle.resolve import ComponentLifecycle, timeout_seconds
 from omegitops.lifecycle.revisions import stored_templates
 from omegitops.lifecycle.services import plan_podgroup, podgroup_name
+from omegitops.lifecycle.state import Json, Mode, Operation, OperationType, Row, Step
 from omegitops.lifecycle.templates import workers_of
 from omegitops.times import format_time
 
-# Operation types (DESIGN.md §4); an Update also has a mode.
-CREATE, UPDATE, DELETE, RESTART = "Create", "Update", "Delete", "Restart"
-SURGE, DRAIN, IN_PLACE = "Surge", "Drain", "InPlace"
-# Phases.
-CREATING, UPDATING, DELETING, READY, PENDING, FAILED = (
-    "Creating", "Updating", "Deleting", "Ready", "Pending", "Failed")
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 # Pods carry the start time of the operation that created them, which tells a
 # replacement of this attempt from one an earlier attempt left behind.
@@ -40,9 +35,9 @@ class DesiredComponent:
     isvc: str
     component: str
     lifecycle: ComponentLifecycle
-    templates: dict[str, dict]
+    templates: dict[str, Json]
     revision: str
-    runtime_config: dict = field(default_factory=dict)
+    runtime_config: Json = field(default_factory=dict)
     pinned: bool = False
     drifted: bool = False
     # The repository no longer has this component and --prune tears it down.
@@ -69,11 +64,11 @@ class DesiredComponent:
 class ObservedComponent:
     """What the cluster holds for one component."""
 
-    replica: dict | None = None
-    pods: list[dict] = field(default_factory=list)
-    revisions: list[dict] = field(default_factory=list)
-    services: dict[str, dict] = field(default_factory=dict)
-    podgroups: dict[str, dict] | None = None  # None: the PodGroup kind is not installed
+    replica: Json | None = None
+    pods: list[Json] = field(default_factory=list)
+    revisions: list[Json] = field(default_factory=list)
+    services: dict[str, Json] = field(default_factory=dict)
+    podgroups: dict[str, Json] | None = None  # None: the PodGroup kind is not installed
 
 
 @dataclass
@@ -81,13 +76,13 @@ class Work:
     desired: DesiredComponent
     observed: ObservedComponent
     now: float
-    rows: dict[int, dict] = field(default_factory=dict)
-    groups: dict[int, list[dict]] = field(default_factory=dict)
+    rows: dict[int, Row] = field(default_factory=dict)
+    groups: dict[int, list[Json]] = field(default_factory=dict)
     actions: list[Action] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     wakes: list[float] = field(default_factory=list)
-    retries: dict[str, dict] = field(default_factory=dict)
-    hold: dict | None = None
+    retries: dict[str, Json] = field(default_factory=dict)
+    hold: Json | None = None
     # Instances that already took their one step this pass.
     moved: set[int] = field(default_factory=set)
     # Pods per Instance at a stored revision (needed_at).
@@ -109,22 +104,22 @@ class Work:
     def needed_at(self, revision: str | None) -> int:
         """Pods per Instance at ``revision``: a gang resized by a later revision keeps
         its own size until it moves."""
-        if not self.desired.gang or revision == self.desired.revision or \
-                not self.has_templates(revision):
+        if not self.desired.gang or revision is None or revision == self.desired.revision \
+                or not self.has_templates(revision):
             return self.needed
         if revision not in self.sizes:  # a stored revision's templates are unpacked to read
             self.sizes[revision] = 1 + workers_of(self.templates(revision),
                                                   self.lifecycle.worker_size)
         return self.sizes[revision]
 
-    def needed_for(self, row: dict) -> int:
+    def needed_for(self, row: Row) -> int:
         """Pods the Instance of ``row`` needs: at the revision its live pods run (the
         target's once an update has built them), else at the row's."""
         if not self.desired.gang:
             return 1
-        return self.needed_of(self.own_pods(row), row.get("revision"))
+        return self.needed_of(self.own_pods(row), row.revision)
 
-    def needed_of(self, pods: list[dict], otherwise: str | None = None) -> int:
+    def needed_of(self, pods: list[Json], otherwise: str | None = None) -> int:
         """Pods a gang of ``pods`` needs, at the one revision its live pods run (at
         ``otherwise``, or the desired revision, when they run none or several)."""
         if not self.desired.gang:
@@ -134,15 +129,18 @@ class Work:
         return self.needed_at(running.pop() if len(running) == 1 else
                               otherwise or self.desired.revision)
 
-    def own_pods(self, row: dict) -> list[dict]:
+    def pods_of(self, index: int) -> list[Json]:
+        """Every pod listed for the Instance at ``index``: its own, a surge's, extras."""
+        return self.groups.get(index, [])
+
+    def own_pods(self, row: Row) -> list[Json]:
         """The pods that are the Instance itself (not a surge replacement or an extra)."""
-        pods = self.groups.get(row["index"], [])
+        pods = self.pods_of(row.index)
         if self.desired.gang:
             return list(pods)
-        ordinal = row.get("ordinal", 0)
-        return [p for p in pods if P.ordinal_of(p) == ordinal]
+        return [p for p in pods if P.ordinal_of(p) == row.own_ordinal]
 
-    def instance(self, row: dict) -> InstancePods:
+    def instance(self, row: Row) -> InstancePods:
         return InstancePods(self.needed_for(row), self.own_pods(row))
 
     def has_templates(self, revision: str | None) -> bool:
@@ -152,7 +150,7 @@ class Work:
             revision is not None
             and stored_templates(self.observed.revisions, revision) is not None)
 
-    def templates(self, revision: str) -> dict[str, dict]:
+    def templates(self, revision: str) -> dict[str, Json]:
         """The pod templates of a revision: the desired ones, or those stored with it
         (the desired ones when it has none: ask ``has_templates`` first)."""
         if revision == self.desired.revision:
@@ -190,13 +188,13 @@ class Work:
         if at is not None and at > self.now:
             self.wakes.append(at)
 
-    def serve(self, pod: dict, serving: bool) -> None:
+    def serve(self, pod: Json, serving: bool) -> None:
         meta = pod["metadata"]
         seen = tuple(tuple(sorted(c.items())) for c in
                      (pod.get("status") or {}).get("conditions") or [] if isinstance(c, dict))
         self.actions.append(SetServing(meta["namespace"], meta["name"], serving, seen))
 
-    def route(self, pods: list[dict], serving: bool) -> None:
+    def route(self, pods: list[Json], serving: bool) -> None:
         """Put ``pods`` into rotation (or take them out) through the ``ome.io/serving``
         gate, writing only where it differs; pods going away or ended are left alone."""
         for pod in pods:
@@ -205,7 +203,7 @@ class Work:
             if P.gate_set(pod) != serving:
                 self.serve(pod, serving)
 
-    def delete_unrouted(self, pods: list[dict], grace: int | None = None) -> None:
+    def delete_unrouted(self, pods: list[Json], grace: int | None = None) -> None:
         """Delete ``pods`` once the Service no longer routes to them ("deletes them once
         the Service stops routing to them"). One still in rotation, which a pass cut
         short before its unroute leaves, is taken out now, and the pods are deleted
@@ -218,55 +216,46 @@ class Work:
         for pod in pods:
             self.delete(pod, grace)
 
-    def delete(self, pod: dict, grace: int | None = None) -> None:
+    def delete(self, pod: Json, grace: int | None = None) -> None:
         if P.is_terminating(pod):
             return
         meta = pod["metadata"]
         self.actions.append(DeletePod(meta["namespace"], meta["name"], grace))
 
-    def operation(self, kind: str, step: str, strategy: str | None = None,
-                  target: str | None = None, mode: str | None = None) -> dict[str, Any]:
+    def operation(self, kind: OperationType, step: Step, strategy: str | None = None,
+                  target: str | None = None, mode: Mode | None = None) -> Operation:
+        """A new operation, started now, with the deadline instanceReadyTimeout gives."""
         timeout = timeout_seconds(self.lifecycle)
-        op: dict[str, Any] = {
-            "type": kind,
-            "step": step,
-            "strategy": strategy,
-            "startedAt": format_time(self.now),
-            "deadline": format_time(self.now + timeout) if timeout else None,
-            "waiting": None,
-        }
-        if mode:
-            op["mode"] = mode
-        if target:
-            op["targetRevision"] = target
-        return op
+        return Operation(kind, step, strategy=strategy, started_at=format_time(self.now),
+                         deadline=format_time(self.now + timeout) if timeout else None,
+                         mode=mode, target_revision=target or None)
 
-    def create_pods(self, row: dict, revision: str, incarnation: int, ordinal: int,
-                    existing: list[dict], operation: dict | None = None) -> list[dict]:
+    def create_pods(self, row: Row, revision: str, incarnation: int, ordinal: int,
+                    existing: list[Json], operation: Operation | None = None) -> list[Json]:
         """Create the pods of ``row`` at ``revision`` that ``existing`` lacks; return them."""
         have = {p["metadata"]["name"] for p in existing}
-        wanted = instance_pods(self.pod_input(revision), row["index"], incarnation, ordinal)
+        wanted = instance_pods(self.pod_input(revision), row.index, incarnation, ordinal)
         missing = [pod for pod in wanted if pod["metadata"]["name"] not in have]
         if not missing:
             return []
-        group = plan_podgroup(self.desired, row["index"], self.observed.podgroups,
+        group = plan_podgroup(self.desired, row.index, self.observed.podgroups,
                               len(wanted))
         if group is not None:
             self.actions.append(group)
-        avoid = row.get("avoidNodes") or []
+        avoid = row.avoid_nodes or []
         for pod in missing:
             if avoid:
                 _steer_off(pod, avoid)
             if self.observed.podgroups is not None and self.desired.gang:
                 pod["metadata"]["labels"][PODGROUP_LABEL] = podgroup_name(self.desired,
-                                                                          row["index"])
+                                                                          row.index)
             if operation is not None:
-                pod["metadata"]["annotations"][OPERATION_ANNOTATION] = operation["startedAt"]
+                pod["metadata"]["annotations"][OPERATION_ANNOTATION] = operation.started_at
             self.actions.append(CreatePod(pod))
         return missing
 
 
-def _steer_off(pod: dict, nodes: list[str]) -> None:
+def _steer_off(pod: Json, nodes: list[str]) -> None:
     """Keep the pod off nodes where earlier attempts failed for reasons of their own."""
     term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn",
                                   "values": sorted(nodes)}]}

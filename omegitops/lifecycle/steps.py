@@ -1,0 +1,204 @@
+"""The step machine: which handler moves an Instance's operation, and how far a pass
+takes it.
+
+Each operation's steps, in order (the shared bring-up and teardown live in
+lifecycle/bringup.py):
+
+=========================  ======================================================
+(type, mode)               steps
+=========================  ======================================================
+(Create, -)                CreatePods, WaitReady, WaitAvailable
+(Delete, -)                Unroute, DeletePods, WaitGone
+(Restart, Instance)        Unroute, DeletePods, WaitGone, CreatePods, WaitReady,
+                           WaitAvailable
+(Restart, Pod)             WaitGone (the failed pod), CreatePods, WaitReady,
+                           WaitAvailable
+(Update, Drain)            Unroute, DeletePods, WaitGone, CreatePods, WaitReady,
+                           WaitAvailable
+(Update, InPlace)          Unroute, PatchImages, WaitReady, WaitAvailable
+(Update, Surge)            SurgeCreate, SurgeWaitReady, SurgeWaitAvailable, HandOver,
+                           DrainOld, WaitDrained (Abandon when its target is withdrawn)
+=========================  ======================================================
+
+A Failed Instance takes no step: it keeps its operation for inspection until a
+retry, a reset or a new revision moves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from omegitops.lifecycle import pods as P
+from omegitops.lifecycle.bringup import (
+    ended_pods,
+    fail_operation,
+    operation_of,
+    recycle_ended,
+    step_restart,
+)
+from omegitops.lifecycle.failures import check_instance
+from omegitops.lifecycle.operations import rest, step_create, step_delete
+from omegitops.lifecycle.retries import may_start
+from omegitops.lifecycle.state import Mode, OperationType, Outcome, Phase, Row, Step
+from omegitops.lifecycle.updates import step_update, surge_failed
+from omegitops.lifecycle.work import Work
+from omegitops.times import format_time, parse_time
+
+# More steps than any operation has: a bound on one Instance's steps in one pass.
+MAX_STEPS_PER_PASS = 12
+
+
+def _kept(handler: Callable[[Work, Row], None]) -> Callable[[Work, Row], Outcome]:
+    def step(work: Work, row: Row) -> Outcome:
+        handler(work, row)
+        return Outcome.KEPT
+    return step
+
+
+def _step_creating(work: Work, row: Row) -> None:
+    """A Create step, recycling ended pods until the deadline and failing past it."""
+    operation = operation_of(row)
+    if recycle_ended(work, row):
+        return
+    if operation.step != Step.CREATE_PODS or ended_pods(work, row):
+        failure = check_instance(work, row)
+        if failure is not None:
+            work.route(work.instance(row).live, False)  # a Failed Instance leaves whole
+            row.phase = Phase.FAILED
+            row.last_failure = failure
+            work.event("Warning", "InstanceFailed", row.index,
+                       f"failed while creating: {failure['reason']}: {failure['message']}")
+            return
+    step_create(work, row)
+
+
+# The handler of each operation type; an Update's and a Restart's handlers choose by
+# mode (lifecycle/updates.py, lifecycle/bringup.py).
+HANDLERS: dict[OperationType, Callable[[Work, Row], Outcome]] = {
+    OperationType.CREATE: _kept(_step_creating),
+    OperationType.DELETE: step_delete,
+    OperationType.RESTART: _kept(step_restart),
+    OperationType.UPDATE: step_update,
+}
+
+
+def advance(work: Work, row: Row) -> Outcome:
+    """Take every step of ``row``'s operation whose precondition already holds.
+
+    A step that only reads what the cluster shows (the new pod is available, the old
+    ones are gone) leads straight to the next one in the same pass; the first step that
+    writes to the cluster ends the Instance's turn, since what comes after it depends
+    on the cluster acting on that write. A job that runs one pass per period so spends
+    a period only where the cluster has something to do. An operation that ends stays
+    ended until the next pass: the Instance at rest is looked at then."""
+    for _ in range(MAX_STEPS_PER_PASS):
+        before, writes = _progress(row), len(work.actions)
+        outcome = step(work, row)
+        if outcome == Outcome.GONE or row.operation is None or len(work.actions) != writes:
+            return outcome
+        if row.operation.type == OperationType.DELETE:
+            # An Instance leaves the record only on a pass after one that recorded it
+            # Deleting: a pass cut short after its record is written still knows what
+            # is left to remove (its PodGroup, a pod that appears late).
+            return outcome
+        if _progress(row) == before:
+            return outcome
+    return Outcome.KEPT
+
+
+def _progress(row: Row) -> tuple[object, ...]:
+    """Where an Instance's operation stands, to tell a step taken from a wait."""
+    operation = row.operation
+    if operation is None:
+        return (row.phase, row.revision)
+    return (row.phase, row.revision, operation.type, operation.step, operation.started_at,
+            operation.mode)
+
+
+def step(work: Work, row: Row) -> Outcome:
+    """One step of ``row``: its operation's next step, a Failed Instance's retry or
+    fresh start, or the care of an Instance at rest."""
+    operation = row.operation
+    if operation is None:
+        if row.phase == Phase.FAILED and row.rebuild:
+            row.rebuild = False
+            _fresh_start(work, row)
+            return Outcome.KEPT
+        rest(work, row)
+        return Outcome.KEPT
+    if row.phase == Phase.FAILED:
+        if operation.type == OperationType.UPDATE:
+            _retry_update(work, row)
+        if row.phase == Phase.FAILED:
+            # It took no step: let a new revision reach it. Counted among the Instances
+            # that moved this pass, it was never a rollout candidate and stayed Failed
+            # forever (a reset skips a failed Update by design).
+            work.moved.discard(row.index)
+        return Outcome.KEPT  # kept, with its operation, until reset or a new revision
+    if operation.refused and _refused_past_deadline(work, row):
+        return Outcome.KEPT
+    return HANDLERS[operation.type](work, row)
+
+
+def _refused_past_deadline(work: Work, row: Row) -> bool:
+    """A create the API server refused (a quota, a LimitRange, Pod Security, a webhook,
+    a stranger's pod holding the name; the apply layer records it on the operation) is
+    named in ``waiting`` while the operation still creates, and fails the operation at
+    its deadline (instances.txt: "OME moves an Instance to Failed when an operation
+    can't finish"). True when it failed the operation now."""
+    operation = operation_of(row)
+    refused = operation.refused or {}
+    if operation.step not in (Step.CREATE_PODS, Step.SURGE_CREATE):
+        operation.refused = None  # the pods were made since
+        return False
+    operation.waiting = f"FailedCreate: {refused.get('message')}"
+    deadline = operation.deadline
+    if not deadline:
+        return False
+    if work.now < parse_time(deadline):
+        work.wake(parse_time(deadline))
+        return False
+    failure = {"pod": refused.get("pod"), "container": None, "reason": "FailedCreate",
+               "exitCode": None, "message": refused.get("message"),
+               "time": format_time(work.now)}
+    if operation.mode == Mode.SURGE and not work.desired.gang:
+        surge_failed(work, row, failure, [])
+    else:
+        fail_operation(work, row, failure)
+    return True
+
+
+def _retry_update(work: Work, row: Row) -> None:
+    """A failed Update tries again once its backoff has passed, unless its revision is
+    held: the Instance is rebuilt on the revision, one incarnation higher."""
+    operation = operation_of(row)
+    target = operation.target_revision or row.revision
+    if target != work.desired.revision or not may_start(work, row, target):
+        return
+    row.phase = Phase.UPDATING
+    row.operation = work.operation(OperationType.UPDATE, Step.UNROUTE, operation.strategy,
+                                   target=target, mode=Mode.DRAIN)
+    row.operation.retry = True
+    work.event("Normal", "InstanceUpdating", row.index,
+               f"retrying the update to {target} ({operation.strategy}: {Mode.DRAIN})")
+    step_update(work, row)
+
+
+def _fresh_start(work: Work, row: Row) -> None:
+    """Rebuild a Failed Instance from scratch at the newest revision (same incarnation).
+
+    Its remaining pods go first; CreatePods waits for them to be gone, since the
+    new pods take the same names.
+    """
+    row.phase = Phase.CREATING
+    row.revision = work.desired.revision
+    row.operation = work.operation(OperationType.CREATE, Step.CREATE_PODS)
+    # Every old pod goes, even one this pass fails to delete: CreatePods sees to it.
+    row.operation.fresh = True
+    row.ordinal = None
+    pods = work.pods_of(row.index)
+    for pod in pods:
+        work.delete(pod, 0 if P.has_ended(pod) else None)
+    if not pods:
+        step_create(work, row)
+

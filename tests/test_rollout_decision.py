@@ -1,0 +1,196 @@
+"""The rollout decision on its own: hand-built components, one pass's decision, no
+simulator. Each case reads as update-strategies.txt states the rule ("maxSurge 25% of
+2", "partition 1"); the scenario tests drive the same rules pass by pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from omegitops.lifecycle.instance import PodSpecInput, instance_pods
+from omegitops.lifecycle.resolve import ComponentLifecycle, Resolved
+from omegitops.lifecycle.rollout import Move, decide_rollout, plan_rollout
+from omegitops.lifecycle.state import Mode, OperationType, Phase, Row, Step
+from omegitops.lifecycle.templates import DEFAULT, SERVING_GATE
+from omegitops.lifecycle.work import DesiredComponent, ObservedComponent, Work
+from omegitops.times import format_time
+
+NOW = 1_000_000.0
+OLD, NEW = "svc-engine-old", "svc-engine-new"
+
+
+def template(image: str, memory: str = "1Gi") -> dict[str, Any]:
+    return {"metadata": {"labels": {}, "annotations": {}},
+            "spec": {"containers": [{"name": "ome-container", "image": image,
+                                     "resources": {"limits": {"memory": memory}}}]}}
+
+
+@dataclass
+class Component:
+    """A single-pod component of ``replicas`` Instances, every one Ready on OLD."""
+
+    replicas: int
+    strategy: str = "SurgeThenDrain"
+    max_surge: Any = None
+    max_unavailable: Any = None
+    partition: int | None = None
+    # A change of images only (InPlace possible), or of more (memory).
+    images_only: bool = False
+    rows: dict[int, Row] = field(default_factory=dict)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for index in range(self.replicas):
+            self.instance(index)
+
+    def instance(self, index: int, revision: str = OLD, serving: bool = True,
+                 phase: Phase = Phase.READY) -> Row:
+        self.rows[index] = Row(index, 1, phase, revision)
+        self.pods = [p for p in self.pods if not p["metadata"]["name"].startswith(
+            f"svc-engine-{index}-")]
+        self.pods += [self._ready(pod, serving) for pod in instance_pods(
+            PodSpecInput("ns", "svc", "engine", revision, self.templates(revision), 0, False),
+            index, 1)]
+        return self.rows[index]
+
+    def templates(self, revision: str) -> dict[str, dict[str, Any]]:
+        if revision == OLD:
+            return {DEFAULT: template("engine:1")}
+        return {DEFAULT: template("engine:2", "1Gi" if self.images_only else "2Gi")}
+
+    @staticmethod
+    def _ready(pod: dict[str, Any], serving: bool) -> dict[str, Any]:
+        since = format_time(NOW - 3600)
+        state = "True" if serving else "False"
+        pod["status"] = {"phase": "Running", "conditions": [
+            {"type": kind, "status": state, "lastTransitionTime": since}
+            for kind in ("ContainersReady", "Ready", SERVING_GATE)]}
+        return pod
+
+    def work(self) -> Work:
+        fields = {"updateStrategy.type": self.strategy,
+                  "updateStrategy.rollingUpdate.maxSurge": self.max_surge,
+                  "updateStrategy.rollingUpdate.maxUnavailable": self.max_unavailable,
+                  "updateStrategy.rollingUpdate.partition": self.partition}
+        lifecycle = ComponentLifecycle(
+            "engine", Resolved("OMENative", "isvc"), "single", 0, self.replicas,
+            {name: Resolved(value, "isvc") for name, value in fields.items()
+             if value is not None})
+        desired = DesiredComponent("ns", "svc", "engine", lifecycle, self.templates(NEW),
+                                   NEW)
+        revisions = [{"metadata": {"name": OLD}, "revision": 1,
+                      "data": {"templates": self.templates(OLD)}}]
+        work = Work(desired, ObservedComponent(pods=self.pods, revisions=revisions), NOW)
+        work.rows = self.rows
+        for pod in self.pods:
+            index = int(pod["metadata"]["labels"]["ome.io/instance-index"])
+            work.groups.setdefault(index, []).append(pod)
+        return work
+
+
+def starts(component: Component) -> list[tuple[int, str]]:
+    return [(move.index, str(move.mode)) for move in decide_rollout(component.work()).starts]
+
+
+@pytest.mark.parametrize(("replicas", "max_surge", "expected"), [
+    # update-strategies.txt: a percentage of the desired Instances, rounded up.
+    (2, "25%", [(0, "Surge")]),          # 25% of 2 is 0.5: one at a time
+    (4, "50%", [(0, "Surge"), (1, "Surge")]),
+    (3, 1, [(0, "Surge")]),
+    (3, None, [(0, "Surge"), (1, "Surge"), (2, "Surge")]),  # unset: every Instance
+])
+def test_max_surge_bounds_the_surges_started(replicas, max_surge, expected):
+    assert starts(Component(replicas, max_surge=max_surge)) == expected
+
+
+def test_max_surge_zero_drains_within_max_unavailable():
+    component = Component(3, max_surge=0, max_unavailable=1)
+    decision = decide_rollout(component.work())
+    assert [(m.index, m.mode) for m in decision.starts] == [(0, Mode.DRAIN)]
+    assert (decision.unavailable, decision.unavailable_after) == (0, 1)
+    assert decision.hold_reason == ("per-Component unavailability budget 1 exhausted "
+                                    "(would become 2)")
+
+
+def test_a_surge_in_flight_holds_its_slot():
+    component = Component(3, max_surge=1)
+    row = component.rows[0]
+    row.phase = Phase.UPDATING
+    row.operation = component.work().operation(OperationType.UPDATE, Step.SURGE_WAIT_READY,
+                                                "SurgeThenDrain", NEW, Mode.SURGE)
+    row.operation.ordinal = 1
+    decision = decide_rollout(component.work())
+    assert decision.starts == ()
+    assert (decision.surge_in_use, decision.surge_after) == (1, 1)
+    assert decision.hold_reason == "per-Component surge budget 1 exhausted (would become 2)"
+    assert decision.pending
+
+
+def test_partition_keeps_lower_indices_and_stages():
+    component = Component(3, partition=1)
+    assert starts(component) == [(1, "Surge"), (2, "Surge")]
+    component.instance(1, NEW)
+    component.instance(2, NEW)
+    decision = decide_rollout(component.work())
+    assert decision.starts == () and not decision.pending  # Staged at partition 1
+
+
+@pytest.mark.parametrize(("max_unavailable", "moved", "after"), [
+    (1, [2], 1),     # Instance 2 is the one out: it moves, no other may go
+    (2, [2, 0], 2),  # one more may go, lowest index first
+])
+def test_instances_serving_nothing_move_first_and_cost_no_budget(max_unavailable, moved,
+                                                                  after):
+    component = Component(3, strategy="RecreatePod", max_unavailable=max_unavailable)
+    component.instance(2, serving=False)
+    decision = decide_rollout(component.work())
+    assert [m.index for m in decision.starts] == moved
+    assert (decision.unavailable, decision.unavailable_after) == (1, after)
+
+
+def test_in_place_only_refuses_more_than_images_and_stalls():
+    component = Component(2, strategy="InPlaceOnly")
+    decision = decide_rollout(component.work())
+    assert decision.moves == (Move(0, None), Move(1, None))
+    assert decision.refused == (0, 1) and decision.starts == ()
+    assert not decision.pending
+
+
+def test_in_place_if_possible_patches_images_in_place():
+    component = Component(2, strategy="InPlaceIfPossible", images_only=True)
+    assert starts(component) == [(0, "InPlace"), (1, "InPlace")]
+    component.images_only = False
+    assert starts(component) == [(0, "Drain"), (1, "Drain")]
+
+
+def test_a_held_revision_starts_nothing_and_keeps_nothing_pending():
+    component = Component(2)
+    work = component.work()
+    work.retries = {NEW: {"attempts": 1, "held": True}}
+    decision = decide_rollout(work)
+    assert decision.starts == () and not decision.pending
+
+
+def test_a_backoff_wakes_the_pass_when_it_ends():
+    component = Component(1)
+    component.rows[0].retry_at = format_time(NOW + 30)
+    decision = decide_rollout(component.work())
+    assert decision.starts == () and decision.wakes == (NOW + 30,)
+    assert decision.pending
+
+
+def test_deciding_changes_nothing_and_acting_opens_what_was_decided():
+    component = Component(3, max_surge=1)
+    work = component.work()
+    before = [Row.for_storage(row) for row in work.rows.values()]
+    decision = decide_rollout(work)
+    assert [Row.for_storage(row) for row in work.rows.values()] == before
+    assert not work.actions and not work.events and not work.wakes
+    outcome = plan_rollout(work, None)
+    assert outcome.decision == decision
+    opened = [row.index for row in work.rows.values() if row.operation is not None]
+    assert opened == [m.index for m in decision.starts] == [0]
+    assert outcome.hold is not None and outcome.hold["reason"] == decision.hold_reason
+    assert [e.reason for e in work.events] == ["InstanceUpdating"]
