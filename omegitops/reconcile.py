@@ -624,13 +624,14 @@ def _record_refusal(cluster: Cluster, stored: dict, pod: dict, message: str,
         return
     status = dict(stored.get("status") or {})
     rows = [Row.from_storage(row) for row in decode_rows(status.get("instances"))]
-    for row in rows:
+    for number, row in enumerate(rows):
         if row.index == index and row.operation is not None:
             known = row.operation.refused or {}
             if (known.get("pod"), known.get("message")) == (pod["metadata"]["name"], message):
                 return  # recorded by an earlier pass
-            row.operation.refused = {"pod": pod["metadata"]["name"], "message": message,
-                                     "time": format_time(now.timestamp())}
+            rows[number] = row.with_op(refused={"pod": pod["metadata"]["name"],
+                                                "message": message,
+                                                "time": format_time(now.timestamp())})
             status["instances"] = encode_rows([row.for_storage() for row in rows])
             cluster.replace_status({**stored, "status": status})
             return

@@ -4,7 +4,7 @@ simulator. Each case reads as update-strategies.txt states the rule ("maxSurge 2
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -116,11 +116,10 @@ def test_max_surge_zero_drains_within_max_unavailable():
 
 def test_a_surge_in_flight_holds_its_slot():
     component = Component(3, max_surge=1)
-    row = component.rows[0]
-    row.phase = Phase.UPDATING
-    row.operation = component.work().operation(OperationType.UPDATE, Step.SURGE_WAIT_READY,
-                                                "SurgeThenDrain", NEW, Mode.SURGE)
-    row.operation.ordinal = 1
+    surge = component.work().operation(OperationType.UPDATE, Step.SURGE_WAIT_READY,
+                                       "SurgeThenDrain", NEW, Mode.SURGE)
+    component.rows[0] = component.rows[0].but(phase=Phase.UPDATING,
+                                              operation=replace(surge, ordinal=1))
     decision = decide_rollout(component.work())
     assert decision.starts == ()
     assert (decision.surge_in_use, decision.surge_after) == (1, 1)
@@ -175,7 +174,7 @@ def test_a_held_revision_starts_nothing_and_keeps_nothing_pending():
 
 def test_a_backoff_wakes_the_pass_when_it_ends():
     component = Component(1)
-    component.rows[0].retry_at = format_time(NOW + 30)
+    component.rows[0] = component.rows[0].but(retry_at=format_time(NOW + 30))
     decision = decide_rollout(component.work())
     assert decision.starts == () and decision.wakes == (NOW + 30,)
     assert decision.pending

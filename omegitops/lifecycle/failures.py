@@ -8,6 +8,8 @@ or when the operation's deadline passed. Without a setting, its check is off.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.instance import InstancePods
 from omegitops.lifecycle.state import Json, Operation, Row
@@ -65,8 +67,9 @@ def terminating_text(pod: Json) -> str:
             "removed")
 
 
-def wait_gone(work: Work, operation: Operation, pods: list[Json]) -> Json | None:
-    """An operation waiting for ``pods`` to go before it can build their names again.
+def wait_gone(work: Work, row: Row, pods: list[Json]) -> tuple[Row, Json | None]:
+    """An operation waiting for ``pods`` to go before it can build their names again:
+    (the row, naming what it waits for, and the failure, or None while it may wait).
 
     Every wait has a name and a deadline (instances.txt: "OME moves an Instance to
     Failed when an operation can't finish"; "The operation's waiting field names most
@@ -79,16 +82,16 @@ def wait_gone(work: Work, operation: Operation, pods: list[Json]) -> Json | None
     if within:
         work.wake(min(P.deletion_deadline(p) or work.now for p in within))
     if not stuck:
-        return None
+        return row, None
     text = terminating_text(stuck[0])
-    operation.waiting = text
-    deadline = operation.deadline
+    row = row.with_op(waiting=text)
+    deadline = row.op.deadline
     if deadline and work.now >= parse_time(deadline):
-        return failure_record(work, stuck[0], STUCK_TERMINATING,
-                              f"the operation ran past its deadline: {text}")
+        return row, failure_record(work, stuck[0], STUCK_TERMINATING,
+                                   f"the operation ran past its deadline: {text}")
     if deadline:
         work.wake(parse_time(deadline))
-    return None
+    return row, None
 
 
 def ended_failure(work: Work, pod: Json) -> Json:
@@ -104,8 +107,9 @@ def ended_failure(work: Work, pod: Json) -> Json:
                           status.get("message") or "pod ended")
 
 
-def check_instance(work: Work, row: Row) -> Json | None:
-    """The failure of the operation bringing ``row``'s own pods up, or None.
+def check_instance(work: Work, row: Row) -> tuple[Row, Json | None]:
+    """(the row, its operation's record of what it waits for, and the failure of the
+    operation bringing its own pods up, or None).
 
     instances.txt: OME never fails an Instance whose pods all serve, at the desired
     count; such an Instance only waits for its window.
@@ -113,62 +117,75 @@ def check_instance(work: Work, row: Row) -> Json | None:
     instance = work.instance(row)
     need = instance.needed
     if instance.serving_pod_count() >= need and len(instance.live) >= need:
-        return None
-    if row.operation is None:
-        raise ValueError(f"Instance {row.index} holds no operation to check")
-    return check_pods(work, row.operation, instance.pods)
+        return row, None
+    operation, failure = check_pods(work, row.op, instance.pods)
+    return row.but(operation=operation), failure
 
 
-def check_pods(work: Work, operation: Operation, pods: list[Json]) -> Json | None:
-    """The failure of an operation bringing ``pods`` up, or None while it may go on."""
+def check_pods(work: Work, operation: Operation,
+               pods: list[Json]) -> tuple[Operation, Json | None]:
+    """(the operation, with what it waits for, and the failure of an operation bringing
+    ``pods`` up, or None while it may go on)."""
+    operation = replace(operation, stuck=operation.stuck or {}, waiting=None)
+    held = _external_hold(work, operation, pods)
+    if held is not None:
+        return held, None
+    operation = _hold_ended(work, operation, pods) if operation.held_at else operation
+    stuck = dict(operation.stuck or {})
+    waiting, failure = _pods_failure(work, pods, stuck)
+    operation = replace(operation, stuck=stuck, waiting=waiting)
+    return operation, failure or _deadline_failure(work, operation, pods)
+
+
+def _pods_failure(work: Work, pods: list[Json],
+                  stuck: dict[str, str]) -> tuple[str | None, Json | None]:
+    """(what the pods wait for, the first failure among them), keeping ``stuck`` (since
+    when each pod has waited in a stuck state) up to date."""
     stuck_grace = work.seconds("stuckPodGracePeriod")
     unschedulable_grace = work.seconds("unschedulableGracePeriod")
-    if operation.stuck is None:
-        operation.stuck = {}
-    stuck = operation.stuck
-    operation.waiting = None
-    gated = _external_hold(work, operation, pods)
-    if gated:
-        return None
     unschedulable: list[Json] = []
+    waiting: str | None = None
     for pod in pods:
         name = pod["metadata"]["name"]
         if P.has_ended(pod):
-            return ended_failure(work, pod)
+            return waiting, ended_failure(work, pod)
         scheduled, since = P.condition(pod, "PodScheduled")
         if not scheduled and since is not None and _unschedulable(pod):
             if unschedulable_grace is not None:
                 if work.now >= since + unschedulable_grace:
-                    return failure_record(work, pod, "Unschedulable",
-                                          _condition_message(pod, "PodScheduled"))
+                    return waiting, failure_record(work, pod, "Unschedulable",
+                                                   _condition_message(pod, "PodScheduled"))
                 work.wake(since + unschedulable_grace)
             unschedulable.append(pod)
-            operation.waiting = _unschedulable_waiting(unschedulable)
+            waiting = _unschedulable_waiting(unschedulable)
             continue
-        waiting = _waiting(pod)
-        if waiting is None:
+        wedged = _waiting(pod)
+        if wedged is None:
             stuck.pop(name, None)
             continue
-        reason, status = waiting
+        reason, status = wedged
         first = parse_time(stuck.setdefault(name, format_time(work.now)))
         if stuck_grace is not None:
             if work.now >= first + stuck_grace:
                 terminated = _last_terminated(status)
-                return failure_record(
+                return waiting, failure_record(
                     work, pod, reason,
                     f"wedged in {reason} past the stuck-pod grace",
                     status.get("name"), terminated.get("exitCode"))
             work.wake(first + stuck_grace)
+    return waiting, None
+
+
+def _deadline_failure(work: Work, operation: Operation, pods: list[Json]) -> Json | None:
+    """The operation ran past its deadline and its pods were not ready in time."""
     deadline = operation.deadline
     if deadline and work.now >= parse_time(deadline) and not _ready_in_time(
             work, pods, parse_time(deadline)):
         named = pods[0]["metadata"]["name"] if pods else None
-        record = {"pod": named, "container": None,
-                  "reason": "DeadlineExceeded",
-                  "exitCode": None, "message": "the operation ran past its deadline "
-                  f"({work.lifecycle.value('instanceReadyTimeout')})",
-                  "time": format_time(work.now)}
-        return record
+        return {"pod": named, "container": None, "reason": "DeadlineExceeded",
+                "exitCode": None, "message": "the operation ran past its deadline "
+                f"({work.lifecycle.value('instanceReadyTimeout')})",
+                "time": format_time(work.now)}
     if deadline:
         work.wake(parse_time(deadline))
     return None
@@ -182,33 +199,30 @@ def _ready_in_time(work: Work, pods: list[Json], deadline: float) -> bool:
     return since is not None and since <= deadline
 
 
-def _external_hold(work: Work, operation: Operation, pods: list[Json]) -> bool:
+def _external_hold(work: Work, operation: Operation, pods: list[Json]) -> Operation | None:
     """A scheduling gate (Kueue's, say) holds the pods: the clock stops, ``waiting``
     names the gate, and the deadline moves so the operation gets a full window once
-    the hold ends (instances.txt). ``heldAt`` records the last pass that saw it."""
+    the hold ends (instances.txt). ``heldAt`` records the last pass that saw it. The
+    operation so changed, or None when no gate holds them."""
     for pod in pods:
         gates = (pod.get("spec") or {}).get("schedulingGates") or []
         if gates and not P.is_terminating(pod):
-            operation.waiting = (f"scheduling gate {gates[0].get('name')} on pod "
-                                 f"{pod['metadata']['name']}")
-            operation.held_at = format_time(work.now)
             timeout = work.seconds("instanceReadyTimeout")
-            if timeout:
-                operation.deadline = format_time(work.now + timeout)
-            return True
-    if operation.held_at:
-        _hold_ended(work, operation, operation.held_at, pods)
-    return False
+            return replace(
+                operation, held_at=format_time(work.now),
+                waiting=f"scheduling gate {gates[0].get('name')} on pod "
+                        f"{pod['metadata']['name']}",
+                deadline=format_time(work.now + timeout) if timeout else operation.deadline)
+    return None
 
 
-def _hold_ended(work: Work, operation: Operation, held_at: str, pods: list[Json]) -> None:
+def _hold_ended(work: Work, operation: Operation, pods: list[Json]) -> Operation:
     """The hold seen on an earlier pass is over: the full window counts from when it
     ended, not from when a pass came to see it. The pods say when: the scheduler binds
     a pod once its last gate goes, and its PodScheduled condition keeps that moment.
     While a pod is still unbound the moment is unknown, and this pass stands for it
     (a window never starts before the hold really ended)."""
-    seen = parse_time(held_at)
-    operation.held_at = None
+    seen = parse_time(operation.held_at or format_time(work.now))
     live = [p for p in pods if not P.is_terminating(p) and not P.has_ended(p)]
     bound = [P.condition(p, "PodScheduled") for p in live]
     times = [since for ok, since in bound if ok and since is not None]
@@ -216,10 +230,9 @@ def _hold_ended(work: Work, operation: Operation, held_at: str, pods: list[Json]
         ended = min(max(max(times), seen), work.now)
     else:
         ended = work.now
-    operation.hold_ended = format_time(ended)
     timeout = work.seconds("instanceReadyTimeout")
-    if timeout:
-        operation.deadline = format_time(ended + timeout)
+    return replace(operation, held_at=None, hold_ended=format_time(ended),
+                   deadline=format_time(ended + timeout) if timeout else operation.deadline)
 
 
 def _unschedulable(pod: Json) -> bool:

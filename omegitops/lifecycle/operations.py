@@ -14,7 +14,6 @@ from omegitops.lifecycle.bringup import (
     enter_rotation_when_ready,
     finish_when_available,
     new_row,
-    operation_of,
     ready_to_build,
 )
 from omegitops.lifecycle.state import OperationType, Outcome, Phase, Row, Step
@@ -26,75 +25,70 @@ def open_create(work: Work, index: int) -> Row:
     """A new Instance at ``index`` on the desired revision, created in this pass."""
     row = new_row(index, 1, work.desired.revision, Phase.CREATING,
                   work.operation(OperationType.CREATE, Step.CREATE_PODS))
-    work.rows[index] = row
     work.event("Normal", "InstanceCreating", index,
                f"creating at revision {row.revision} (incarnation=1)")
-    step_create(work, row)
+    return step_create(work, row)
+
+
+def open_delete(work: Work, row: Row, why: str) -> Row:
+    row = row.but(phase=Phase.DELETING,
+                  operation=work.operation(OperationType.DELETE, Step.UNROUTE))
+    work.event("Normal", "InstanceDeleting", row.index, f"deleting: {why}")
+    return step_delete(work, row)[0]
+
+
+def step_create(work: Work, row: Row) -> Row:
+    step = row.op.step
+    if step == Step.CREATE_PODS:
+        if clear_leftovers(work, row):
+            return row
+        ready, row = ready_to_build(work, row)
+        if not ready:
+            return row
+        created = work.create_pods(row, row.revision, row.incarnation, row.own_ordinal,
+                                   work.instance(row).pods)
+        # The old pods are gone: these are the new ones.
+        return row.with_op(fresh=False) if created else row.step_to(Step.WAIT_READY,
+                                                                     fresh=False)
+    if step == Step.WAIT_READY:
+        return enter_rotation_when_ready(work, row)
+    if step == Step.WAIT_AVAILABLE:
+        return finish_when_available(work, row, "ready") or row
     return row
 
 
-def open_delete(work: Work, row: Row, why: str) -> None:
-    row.phase = Phase.DELETING
-    row.operation = work.operation(OperationType.DELETE, Step.UNROUTE)
-    work.event("Normal", "InstanceDeleting", row.index, f"deleting: {why}")
-    step_delete(work, row)
-
-
-def step_create(work: Work, row: Row) -> None:
-    operation = operation_of(row)
-    pods = work.instance(row)
-    if operation.step == Step.CREATE_PODS:
-        if clear_leftovers(work, row) or not ready_to_build(work, row):
-            return
-        created = work.create_pods(row, row.revision, row.incarnation, row.own_ordinal,
-                                   pods.pods)
-        operation.fresh = False  # the old pods are gone: these are the new ones
-        if not created:
-            operation.step = Step.WAIT_READY
-        return
-    if operation.step == Step.WAIT_READY:
-        enter_rotation_when_ready(work, row)
-        return
-    if operation.step == Step.WAIT_AVAILABLE:
-        finish_when_available(work, row, "ready")
-
-
-def step_delete(work: Work, row: Row) -> Outcome:
+def step_delete(work: Work, row: Row) -> tuple[Row, Outcome]:
     """Unroute, delete once unrouted, and drop the row when every pod is gone."""
-    operation = operation_of(row)
+    operation = row.op
     pods = work.pods_of(row.index)
     if operation.step == Step.UNROUTE:
         work.route(pods, False)
-        operation.step = Step.DELETE_PODS
-        return Outcome.KEPT
+        return row.step_to(Step.DELETE_PODS), Outcome.KEPT
     grace = operation.abandon_grace  # a replacement that never served goes fast
     if operation.step == Step.DELETE_PODS:
         work.delete_unrouted(pods, grace)
-        operation.step = Step.WAIT_GONE
-        return Outcome.KEPT
+        return row.step_to(Step.WAIT_GONE), Outcome.KEPT
     if pods:
         work.delete_unrouted(pods, grace)  # a pod that appeared meanwhile goes too
         work.wake(min((P.deletion_deadline(p) or work.now) for p in pods))
-        _overdue(work, row)
-        return Outcome.KEPT
+        return _overdue(work, row), Outcome.KEPT
     # Its PodGroup goes with the row (planner: left_podgroups), whatever removed it.
     work.event("Normal", "InstanceDeleted", row.index, "deleted")
-    return Outcome.GONE
+    return row, Outcome.GONE
 
 
-def _overdue(work: Work, row: Row) -> None:
+def _overdue(work: Work, row: Row) -> Row:
     """A drain past its deadline does not fail: one DrainOverdue warning, and the
     condition of the same name, until the pods are gone."""
-    operation = operation_of(row)
-    deadline = operation.deadline
-    if not deadline or operation.overdue:
-        return
-    if work.now >= parse_time(deadline):
-        operation.overdue = True
-        work.event("Warning", "DrainOverdue", row.index,
-                   f"drain overdue: pods still terminating past the deadline {deadline}")
-    else:
+    deadline = row.op.deadline
+    if not deadline or row.op.overdue:
+        return row
+    if work.now < parse_time(deadline):
         work.wake(parse_time(deadline))
+        return row
+    work.event("Warning", "DrainOverdue", row.index,
+               f"drain overdue: pods still terminating past the deadline {deadline}")
+    return row.with_op(overdue=True)
 
 
 def adopt_orphans(work: Work) -> None:
@@ -117,8 +111,7 @@ def adopt_orphans(work: Work) -> None:
                       P.revision_of(own[0]), Phase.CREATING if live else Phase.DELETING,
                       work.operation(OperationType.CREATE, Step.CREATE_PODS) if live
                       else work.operation(OperationType.DELETE, Step.WAIT_GONE))
-        row.ordinal = ordinal
-        work.rows[index] = row
+        work.rows[index] = row.but(ordinal=ordinal)
 
 
 def rest(work: Work, row: Row) -> None:

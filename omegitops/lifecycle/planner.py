@@ -102,10 +102,14 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
         if desired.teardown and row.phase != Phase.DELETING:
             # A removed component goes whole, whatever its Instances were doing: nothing
             # is built for it any more, and its templates may be gone with its revisions.
-            open_delete(work, row, "the repository no longer has its component (--prune)")
+            work.put(open_delete(work, row,
+                                 "the repository no longer has its component (--prune)"))
             continue
-        if advance(work, row) == Outcome.GONE:
+        row, outcome = advance(work, row)
+        if outcome == Outcome.GONE:
             del work.rows[index]
+        else:
+            work.put(row)
     _release_orphaned_replacements(work)
     if not desired.teardown:
         # An Instance on its way out is not repaired: the teardown removes it whole, and a
@@ -214,14 +218,14 @@ def _release_orphaned_replacements(work: Work) -> None:
     fills a place, and later rollouts move it. Kept marked, it would stay on its
     revision for good, since a replacement is never a rollout candidate. One being
     deleted keeps the mark: a new surge of its source waits for it to go."""
-    for row in work.rows.values():
+    for row in list(work.rows.values()):
         if row.surge_of is None or row.phase == Phase.DELETING:
             continue
         source = work.rows.get(row.surge_of)
         operation = source.operation if source is not None else None
         if operation is None or operation.mode != Mode.SURGE \
                 or operation.replacement != row.index:
-            row.surge_of = None
+            work.put(row.but(surge_of=None))
 
 
 def _scale(work: Work) -> None:
@@ -235,7 +239,7 @@ def _scale(work: Work) -> None:
             while index in used:
                 index += 1
             used.add(index)
-            open_create(work, index)
+            work.put(open_create(work, index))
         return
     if len(filling) > want:
         # instances.txt: keep first the Instances a multi-pod surge is handing over,
@@ -256,7 +260,7 @@ def _scale(work: Work) -> None:
         keep = {row.index for row in sorted(filling, key=rank)[:want]}
         for row in filling:
             if row.index not in keep:
-                open_delete(work, row, "scaled down")
+                work.put(open_delete(work, row, "scaled down"))
 
 
 def _room(work: Work, want: int, filling: int) -> int:
@@ -280,9 +284,9 @@ def _replica(work: Work, rollout: RolloutOutcome) -> Json:
     from the rows and the pods."""
     desired, observed = work.desired, work.observed
     previous = observed.replica or {}
-    for row in work.rows.values():
-        row.pods = [P.pod_row(p) for p in work.pods_of(row.index) if not P.is_terminating(p)]
-    ordered = [work.rows[i] for i in sorted(work.rows)]
+    ordered = [work.put(row.but(pods=tuple(P.pod_row(p) for p in work.pods_of(row.index)
+                                           if not P.is_terminating(p))))
+               for row in sorted(work.rows.values(), key=lambda r: r.index)]
     status = component_status(work, ordered, work.previous, rollout)
     status["instances"] = encode_rows([row.for_storage() for row in ordered])
     if work.retries:

@@ -159,7 +159,7 @@ def plan_repairs(work: Work) -> None:
                 down += 1
                 down_rows.add(index)
             opened += 1
-        open_restart(work, row, trigger)
+        work.put(open_restart(work, row, trigger))
     if held and not opened:
         row, budget, down = held[0]
         work.event("Warning", "RepairHeld", row.index,
@@ -167,22 +167,22 @@ def plan_repairs(work: Work) -> None:
                    f"(would become {down + 1})")
 
 
-def open_restart(work: Work, row: Row, trigger: Trigger) -> None:
+def open_restart(work: Work, row: Row, trigger: Trigger) -> Row:
     """Restart: unroute, delete once unrouted, recreate on the same revision one
     incarnation higher. Under restartPolicy None only the failed pod is replaced."""
-    row.last_failure = trigger.failure
-    row.phase = Phase.RESTARTING
-    row.operation = work.operation(OperationType.RESTART, Step.UNROUTE, target=row.revision,
-                                   mode=Mode.INSTANCE if trigger.whole else Mode.POD)
     # A restart raises the incarnation by one, and the Instance shows the new one from
     # the start (restart-policy.txt: "IDX/INC shows the new incarnation, such as 0/2").
     # Under None only the replaced pod is built at it; the pods that kept running keep
     # the label they started with, which tells the recreated pod from the others.
-    row.incarnation += 1
+    row = row.but(last_failure=trigger.failure, phase=Phase.RESTARTING,
+                  incarnation=row.incarnation + 1,
+                  operation=work.operation(OperationType.RESTART, Step.UNROUTE,
+                                           target=row.revision,
+                                           mode=Mode.INSTANCE if trigger.whole else Mode.POD))
     work.event("Normal", "RestartTriggered", row.index,
                f"restart triggered: {trigger.text} (incarnation={row.incarnation})")
     work.moved.add(row.index)
-    step_restart(work, row)
+    return step_restart(work, row)
 
 
 def reset_and_release(work: Work, annotations: dict[str, str]) -> None:
@@ -207,6 +207,5 @@ def reset_and_release(work: Work, annotations: dict[str, str]) -> None:
         if row.operation is not None and row.operation.type == OperationType.UPDATE:
             continue
         # Rebuilt like any failed Instance: same incarnation, at the newest revision.
-        row.rebuild = True
-        row.operation = None
+        work.put(row.but(rebuild=True, operation=None))
         work.event("Normal", "InstanceReset", index, "reset: starting over")

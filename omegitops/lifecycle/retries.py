@@ -21,15 +21,17 @@ from omegitops.times import format_time, parse_time
 PAUSE_FIRST, PAUSE_MAX = 30.0, 300.0
 
 
-def record_failure(work: Work, row: Row, target: str, failure: Json) -> None:
-    row.last_failure = failure
+def record_failure(work: Work, row: Row, target: str, failure: Json) -> Row:
+    """The row with ``failure`` recorded: against the revision when the revision caused
+    it (``work.retries``), else as the Instance's own pause before its next attempt."""
+    row = row.but(last_failure=failure)
     if revision_caused(failure):
         _count_against_revision(work, row, failure, target)
-        return
-    _steer(work, row)
+        return row
     attempts = int(row.attempts or 0) + 1
-    row.attempts = attempts
-    row.retry_at = format_time(work.now + min(PAUSE_MAX, PAUSE_FIRST * 2 ** (attempts - 1)))
+    return row.but(attempts=attempts, avoid_nodes=_steer(work, row),
+                   retry_at=format_time(work.now + min(PAUSE_MAX,
+                                                       PAUSE_FIRST * 2 ** (attempts - 1))))
 
 
 def _count_against_revision(work: Work, row: Row, failure: Json, target: str) -> None:
@@ -71,17 +73,17 @@ def held(work: Work, target: str) -> bool:
     return bool((work.retries.get(target) or {}).get("held"))
 
 
-def _steer(work: Work, row: Row) -> None:
-    """When every pod of the failed attempt ran on one node, the next attempt avoids it
-    (autoMigrate.maxAttempts moves per Instance; migrationPolicy.mode Never turns it off)."""
+def _steer(work: Work, row: Row) -> tuple[str, ...] | None:
+    """The nodes the next attempt avoids: when every pod of the failed attempt ran on
+    one node, that one too (autoMigrate.maxAttempts moves per Instance;
+    migrationPolicy.mode Never turns it off)."""
     limit = work.lifecycle.value("autoMigrate.maxAttempts")
     if not limit or work.lifecycle.value("migrationPolicy.mode") == "Never":
-        return
+        return row.avoid_nodes
     nodes = {node for node in map(P.node_of, work.pods_of(row.index)) if node is not None}
-    if row.avoid_nodes is None:
-        row.avoid_nodes = []
-    avoid = row.avoid_nodes
+    avoid = row.avoid_nodes or ()
     if len(nodes) == 1 and len(avoid) < int(limit):
         node = nodes.pop()
         if node not in avoid:
-            avoid.append(node)
+            avoid += (node,)
+    return avoid

@@ -183,9 +183,9 @@ def apply_rollout(work: Work, decision: RolloutDecision,
     for move in decision.moves:
         row = work.rows[move.index]
         if move.mode is None:
-            _refuse(work, row, decision.target)
+            work.put(_refuse(work, row, decision.target))
         else:
-            open_update(work, row, strategy, move.mode)
+            work.put(open_update(work, row, strategy, move.mode))
     for moment in decision.wakes:
         work.wake(moment)
     if decision.hold_reason is None:
@@ -212,10 +212,10 @@ def _outdated(work: Work, row: Row, target: str) -> bool:
     return row.phase != Phase.DELETING
 
 
-def _refuse(work: Work, row: Row, target: str) -> None:
+def _refuse(work: Work, row: Row, target: str) -> Row:
     """InPlaceOnly refuses any change but images: the Instance stays, the rollout stalls."""
     if row.refused == target:
-        return
-    row.refused = target
+        return row
     work.event("Warning", "InPlaceUpdateNotPossible", row.index,
                "rejected update: InPlaceOnly strategy but diff exceeds container images")
+    return row.but(refused=target)

@@ -2,16 +2,18 @@
 operation it holds, as typed values, and the names of phases, operations and steps,
 each defined once here.
 
-A row is read from the status once (``Row.from_storage``), changed only through its
-attributes while one pass plans, and written back once (``Row.for_storage``), as
-kopf keeps a handler's state (``from_storage``, then ``for_storage``). The stored form
-holds plain strings, never the enums: every copy of the status goes through
-``marshal`` (omegitops/copying.py), which refuses a ``str`` subclass.
+Both are frozen values. A row is read from the status once (``Row.from_storage``);
+each step returns a new row (``Row.but``, ``Row.step_to``) and never changes the one
+it was given; the pass writes the last of them back once (``Row.for_storage``), as
+kopf keeps a handler's state (``from_storage``, ``with_outcome``, ``for_storage``).
+The stored form holds plain strings, never the enums: every copy of the status goes
+through ``marshal`` (omegitops/copying.py), which refuses a ``str`` subclass.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import Any
 
@@ -90,7 +92,7 @@ class Outcome(Enum):
     GONE = "gone"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Operation:
     """The operation an Instance holds (``status.instances[].operation``)."""
 
@@ -119,7 +121,7 @@ class Operation:
     # The API server refused a create: {pod, message, time} (reconcile records it).
     refused: Json | None = None
     # Pods seen waiting in a stuck state, by name: since when.
-    stuck: dict[str, str] | None = None
+    stuck: Mapping[str, str] | None = None
     # A scheduling gate held the pods on the pass at ``held_at``; it ended at ``hold_ended``.
     held_at: str | None = None
     hold_ended: str | None = None
@@ -151,11 +153,15 @@ class Operation:
             value = getattr(self, name)
             if value is None or value is False:
                 continue
-            stored[key] = value.value if isinstance(value, Enum) else value
+            if isinstance(value, Enum):
+                value = value.value
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            stored[key] = value
         return stored
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Row:
     """One Instance's row (an OMENativeInstanceStatus)."""
 
@@ -166,7 +172,7 @@ class Row:
     operation: Operation | None = None
     last_failure: Json | None = None
     # The pods as the last pass saw them (lifecycle/pods.py pod_row).
-    pods: list[Json] = field(default_factory=list)
+    pods: tuple[Json, ...] = ()
     # The ordinal of a single pod's own pod: 1 after a surge promoted its new pod.
     ordinal: int | None = None
     # A gang surge's replacement, of the Instance at this index.
@@ -179,11 +185,30 @@ class Row:
     attempts: int | None = None
     retry_at: str | None = None
     # Nodes later attempts keep off (autoMigrate).
-    avoid_nodes: list[str] | None = None
+    avoid_nodes: tuple[str, ...] | None = None
 
     @property
     def own_ordinal(self) -> int:
         return self.ordinal or 0
+
+    @property
+    def op(self) -> Operation:
+        """The operation a step works on: only rows holding one reach a step."""
+        if self.operation is None:
+            raise ValueError(f"Instance {self.index} holds no operation")
+        return self.operation
+
+    def but(self, **changes: Any) -> Row:
+        """This row with ``changes`` (fields by name, as ``dataclasses.replace`` takes)."""
+        return replace(self, **changes)
+
+    def step_to(self, step: Step, **changes: Any) -> Row:
+        """This row with its operation at ``step`` and ``changes`` to the operation."""
+        return replace(self, operation=replace(self.op, step=step, **changes))
+
+    def with_op(self, **changes: Any) -> Row:
+        """This row with ``changes`` to its operation."""
+        return replace(self, operation=replace(self.op, **changes))
 
     @classmethod
     def from_storage(cls, stored: Json) -> Row:
@@ -193,16 +218,16 @@ class Row:
         return cls(stored["index"], stored["incarnation"], Phase(stored["phase"]),
                    stored["revision"],
                    operation=Operation.from_storage(operation) if operation else None,
-                   last_failure=get("lastFailure"), pods=list(get("pods") or []),
+                   last_failure=get("lastFailure"), pods=tuple(get("pods") or ()),
                    ordinal=get("ordinal"), surge_of=get("surgeOf"),
                    rebuild=bool(get("rebuild")), refused=get("refused"),
                    attempts=get("attempts"), retry_at=get("retryAt"),
-                   avoid_nodes=None if avoid is None else list(avoid))
+                   avoid_nodes=None if avoid is None else tuple(avoid))
 
     def for_storage(self) -> Json:
         stored: Json = {"index": self.index, "incarnation": self.incarnation,
                         "phase": self.phase.value, "revision": self.revision,
-                        "pods": self.pods,
+                        "pods": list(self.pods),
                         "operation": None if self.operation is None
                         else self.operation.for_storage(),
                         "lastFailure": self.last_failure}
@@ -212,7 +237,7 @@ class Row:
             value = getattr(self, name)
             if value is None or value is False:
                 continue
-            stored[key] = value
+            stored[key] = list(value) if isinstance(value, tuple) else value
         return stored
 
 

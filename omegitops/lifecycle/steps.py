@@ -27,15 +27,10 @@ retry, a reset or a new revision moves it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.bringup import (
-    ended_pods,
-    fail_operation,
-    operation_of,
-    recycle_ended,
-    step_restart,
-)
+from omegitops.lifecycle.bringup import ended_pods, fail_operation, recycle_ended, step_restart
 from omegitops.lifecycle.failures import check_instance
 from omegitops.lifecycle.operations import rest, step_create, step_delete
 from omegitops.lifecycle.retries import may_start
@@ -47,34 +42,34 @@ from omegitops.times import format_time, parse_time
 # More steps than any operation has: a bound on one Instance's steps in one pass.
 MAX_STEPS_PER_PASS = 12
 
+# What a step gives back: the Instance's new row, and whether it stays in the record.
+Stepped = tuple[Row, Outcome]
 
-def _kept(handler: Callable[[Work, Row], None]) -> Callable[[Work, Row], Outcome]:
-    def step(work: Work, row: Row) -> Outcome:
-        handler(work, row)
-        return Outcome.KEPT
+
+def _kept(handler: Callable[[Work, Row], Row]) -> Callable[[Work, Row], Stepped]:
+    def step(work: Work, row: Row) -> Stepped:
+        return handler(work, row), Outcome.KEPT
     return step
 
 
-def _step_creating(work: Work, row: Row) -> None:
+def _step_creating(work: Work, row: Row) -> Row:
     """A Create step, recycling ended pods until the deadline and failing past it."""
-    operation = operation_of(row)
-    if recycle_ended(work, row):
-        return
-    if operation.step != Step.CREATE_PODS or ended_pods(work, row):
-        failure = check_instance(work, row)
+    recycled = recycle_ended(work, row)
+    if recycled is not None:
+        return recycled
+    if row.op.step != Step.CREATE_PODS or ended_pods(work, row):
+        row, failure = check_instance(work, row)
         if failure is not None:
             work.route(work.instance(row).live, False)  # a Failed Instance leaves whole
-            row.phase = Phase.FAILED
-            row.last_failure = failure
             work.event("Warning", "InstanceFailed", row.index,
                        f"failed while creating: {failure['reason']}: {failure['message']}")
-            return
-    step_create(work, row)
+            return row.but(phase=Phase.FAILED, last_failure=failure)
+    return step_create(work, row)
 
 
 # The handler of each operation type; an Update's and a Restart's handlers choose by
 # mode (lifecycle/updates.py, lifecycle/bringup.py).
-HANDLERS: dict[OperationType, Callable[[Work, Row], Outcome]] = {
+HANDLERS: dict[OperationType, Callable[[Work, Row], Stepped]] = {
     OperationType.CREATE: _kept(_step_creating),
     OperationType.DELETE: step_delete,
     OperationType.RESTART: _kept(step_restart),
@@ -82,7 +77,7 @@ HANDLERS: dict[OperationType, Callable[[Work, Row], Outcome]] = {
 }
 
 
-def advance(work: Work, row: Row) -> Outcome:
+def advance(work: Work, row: Row) -> Stepped:
     """Take every step of ``row``'s operation whose precondition already holds.
 
     A step that only reads what the cluster shows (the new pod is available, the old
@@ -93,17 +88,17 @@ def advance(work: Work, row: Row) -> Outcome:
     ended until the next pass: the Instance at rest is looked at then."""
     for _ in range(MAX_STEPS_PER_PASS):
         before, writes = _progress(row), len(work.actions)
-        outcome = step(work, row)
+        row, outcome = step(work, row)
         if outcome == Outcome.GONE or row.operation is None or len(work.actions) != writes:
-            return outcome
+            return row, outcome
         if row.operation.type == OperationType.DELETE:
             # An Instance leaves the record only on a pass after one that recorded it
             # Deleting: a pass cut short after its record is written still knows what
             # is left to remove (its PodGroup, a pod that appears late).
-            return outcome
+            return row, outcome
         if _progress(row) == before:
-            return outcome
-    return Outcome.KEPT
+            return row, outcome
+    return row, Outcome.KEPT
 
 
 def _progress(row: Row) -> tuple[object, ...]:
@@ -115,90 +110,81 @@ def _progress(row: Row) -> tuple[object, ...]:
             operation.mode)
 
 
-def step(work: Work, row: Row) -> Outcome:
+def step(work: Work, row: Row) -> Stepped:
     """One step of ``row``: its operation's next step, a Failed Instance's retry or
     fresh start, or the care of an Instance at rest."""
     operation = row.operation
     if operation is None:
         if row.phase == Phase.FAILED and row.rebuild:
-            row.rebuild = False
-            _fresh_start(work, row)
-            return Outcome.KEPT
+            return _fresh_start(work, row.but(rebuild=False)), Outcome.KEPT
         rest(work, row)
-        return Outcome.KEPT
+        return row, Outcome.KEPT
     if row.phase == Phase.FAILED:
         if operation.type == OperationType.UPDATE:
-            _retry_update(work, row)
+            row = _retry_update(work, row)
         if row.phase == Phase.FAILED:
             # It took no step: let a new revision reach it. Counted among the Instances
             # that moved this pass, it was never a rollout candidate and stayed Failed
             # forever (a reset skips a failed Update by design).
             work.moved.discard(row.index)
-        return Outcome.KEPT  # kept, with its operation, until reset or a new revision
-    if operation.refused and _refused_past_deadline(work, row):
-        return Outcome.KEPT
-    return HANDLERS[operation.type](work, row)
+        return row, Outcome.KEPT  # kept, with its operation, until reset or a new revision
+    if operation.refused:
+        row, failed = _refused_past_deadline(work, row)
+        if failed:
+            return row, Outcome.KEPT
+    return HANDLERS[row.op.type](work, row)
 
 
-def _refused_past_deadline(work: Work, row: Row) -> bool:
+def _refused_past_deadline(work: Work, row: Row) -> tuple[Row, bool]:
     """A create the API server refused (a quota, a LimitRange, Pod Security, a webhook,
     a stranger's pod holding the name; the apply layer records it on the operation) is
     named in ``waiting`` while the operation still creates, and fails the operation at
     its deadline (instances.txt: "OME moves an Instance to Failed when an operation
-    can't finish"). True when it failed the operation now."""
-    operation = operation_of(row)
+    can't finish"). (The row, whether it failed the operation now.)"""
+    operation = row.op
     refused = operation.refused or {}
     if operation.step not in (Step.CREATE_PODS, Step.SURGE_CREATE):
-        operation.refused = None  # the pods were made since
-        return False
-    operation.waiting = f"FailedCreate: {refused.get('message')}"
+        return row.with_op(refused=None), False  # the pods were made since
+    row = row.with_op(waiting=f"FailedCreate: {refused.get('message')}")
     deadline = operation.deadline
     if not deadline:
-        return False
+        return row, False
     if work.now < parse_time(deadline):
         work.wake(parse_time(deadline))
-        return False
+        return row, False
     failure = {"pod": refused.get("pod"), "container": None, "reason": "FailedCreate",
                "exitCode": None, "message": refused.get("message"),
                "time": format_time(work.now)}
     if operation.mode == Mode.SURGE and not work.desired.gang:
-        surge_failed(work, row, failure, [])
-    else:
-        fail_operation(work, row, failure)
-    return True
+        return surge_failed(work, row, failure, []), True
+    return fail_operation(work, row, failure), True
 
 
-def _retry_update(work: Work, row: Row) -> None:
+def _retry_update(work: Work, row: Row) -> Row:
     """A failed Update tries again once its backoff has passed, unless its revision is
     held: the Instance is rebuilt on the revision, one incarnation higher."""
-    operation = operation_of(row)
+    operation = row.op
     target = operation.target_revision or row.revision
     if target != work.desired.revision or not may_start(work, row, target):
-        return
-    row.phase = Phase.UPDATING
-    row.operation = work.operation(OperationType.UPDATE, Step.UNROUTE, operation.strategy,
-                                   target=target, mode=Mode.DRAIN)
-    row.operation.retry = True
+        return row
+    retry = replace(work.operation(OperationType.UPDATE, Step.UNROUTE, operation.strategy,
+                                   target=target, mode=Mode.DRAIN), retry=True)
     work.event("Normal", "InstanceUpdating", row.index,
                f"retrying the update to {target} ({operation.strategy}: {Mode.DRAIN})")
-    step_update(work, row)
+    return step_update(work, row.but(phase=Phase.UPDATING, operation=retry))[0]
 
 
-def _fresh_start(work: Work, row: Row) -> None:
+def _fresh_start(work: Work, row: Row) -> Row:
     """Rebuild a Failed Instance from scratch at the newest revision (same incarnation).
 
     Its remaining pods go first; CreatePods waits for them to be gone, since the
     new pods take the same names.
     """
-    row.phase = Phase.CREATING
-    row.revision = work.desired.revision
-    row.operation = work.operation(OperationType.CREATE, Step.CREATE_PODS)
     # Every old pod goes, even one this pass fails to delete: CreatePods sees to it.
-    row.operation.fresh = True
-    row.ordinal = None
+    fresh = replace(work.operation(OperationType.CREATE, Step.CREATE_PODS), fresh=True)
+    row = row.but(phase=Phase.CREATING, revision=work.desired.revision, operation=fresh,
+                  ordinal=None)
     pods = work.pods_of(row.index)
     for pod in pods:
         work.delete(pod, 0 if P.has_ended(pod) else None)
-    if not pods:
-        step_create(work, row)
-
+    return row if pods else step_create(work, row)

@@ -16,14 +16,13 @@ surge does when its target revision is withdrawn.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from dataclasses import replace
 
 from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.actions import PatchImages
 from omegitops.lifecycle.bringup import (
     finish_when_available,
     new_row,
-    operation_of,
     out_of_rotation,
     recreate,
 )
@@ -90,41 +89,34 @@ def update_mode(work: Work, row: Row, strategy: str, surge_allowed: bool) -> Mod
     return None if strategy == Strategy.IN_PLACE_ONLY else Mode.DRAIN
 
 
-def open_update(work: Work, row: Row, strategy: str, mode: Mode) -> None:
+def open_update(work: Work, row: Row, strategy: str, mode: Mode) -> Row:
     target = work.desired.revision
     operation = work.operation(OperationType.UPDATE, FIRST_STEP[mode], strategy,
                                target=target, mode=mode)
     if mode == Mode.SURGE and not work.desired.gang:
-        operation.ordinal = 1 - row.own_ordinal
-    row.operation = operation
-    row.phase = Phase.UPDATING
-    row.refused = None
+        operation = replace(operation, ordinal=1 - row.own_ordinal)
     work.event("Normal", "InstanceUpdating", row.index,
                f"updating to {target} ({strategy}: {mode})")
-    step_update(work, row)
+    return step_update(work, row.but(operation=operation, phase=Phase.UPDATING,
+                                     refused=None))[0]
 
 
-def step_update(work: Work, row: Row) -> Outcome:
-    mode = operation_of(row).mode
+def step_update(work: Work, row: Row) -> tuple[Row, Outcome]:
+    mode = row.op.mode
     if mode == Mode.SURGE:
         if work.desired.gang:
             return _surge_gang(work, row)
-        _surge_single(work, row)
-    elif mode == Mode.IN_PLACE:
-        _in_place(work, row)
-    else:
-        _drain(work, row)
-    return Outcome.KEPT
+        return _surge_single(work, row), Outcome.KEPT
+    if mode == Mode.IN_PLACE:
+        return _in_place(work, row), Outcome.KEPT
+    return _drain(work, row), Outcome.KEPT
 
 
-def _finish(work: Work, row: Row, revision: str) -> None:
-    row.revision = revision
-    row.phase = Phase.READY
-    row.operation = None
-    row.attempts = None
-    row.retry_at = None
+def _finish(work: Work, row: Row, revision: str) -> Row:
     work.event("Normal", "InstanceUpdated", row.index,
                f"updated to {revision} (incarnation={row.incarnation})")
+    return row.but(revision=revision, phase=Phase.READY, operation=None, attempts=None,
+                   retry_at=None)
 
 
 def _target(operation: Operation) -> str:
@@ -139,7 +131,7 @@ def _target(operation: Operation) -> str:
 
 def _surge_pods(work: Work, row: Row) -> tuple[list[Json], list[Json]]:
     """(this attempt's new pods, pods an earlier attempt left at the surge ordinal)."""
-    operation = operation_of(row)
+    operation = row.op
     at_ordinal = [p for p in work.pods_of(row.index)
                   if P.ordinal_of(p) == operation.ordinal]
     mine = [p for p in at_ordinal
@@ -148,8 +140,8 @@ def _surge_pods(work: Work, row: Row) -> tuple[list[Json], list[Json]]:
     return mine, [p for p in at_ordinal if p not in mine]
 
 
-def _surge_single(work: Work, row: Row) -> None:
-    operation = operation_of(row)
+def _surge_single(work: Work, row: Row) -> Row:
+    operation = row.op
     target = _target(operation)
     mine, stale = _surge_pods(work, row)
     old = work.instance(row)
@@ -157,15 +149,13 @@ def _surge_single(work: Work, row: Row) -> None:
     superseded = target != work.desired.revision
     handed_over = operation.handed_over
     if handed_over and not new_live:
-        _replacement_lost(work, row, old.live, SURGE_ABANDONED, mine)
-        return
+        return _replacement_lost(work, row, old.live, SURGE_ABANDONED, mine)
     # A withdrawn target is abandoned at once, unless the old pod is gone and a ready
     # new pod is all the Instance has: then it promotes on the revision it was built for.
     promote_anyway = not old.live and any(P.containers_ready(p) for p in new_live)
     step = operation.step
     if step == Step.ABANDON or (superseded and not handed_over and not promote_anyway):
-        _abandon_single(work, row, mine)
-        return
+        return _abandon_single(work, row, mine)
     if step == Step.SURGE_CREATE:
         if stale:
             # The start evicts what an earlier attempt left before it creates anything.
@@ -174,33 +164,31 @@ def _surge_single(work: Work, row: Row) -> None:
             work.wake(min(P.deletion_deadline(p) or work.now for p in stale))
             # A pod whose node stopped reporting holds the name past its grace: named,
             # and the attempt fails at its deadline (the old pod keeps serving).
-            failure = wait_gone(work, operation, stale)
-            if failure is not None:
-                surge_failed(work, row, failure, new_live)
-            return
-        if not work.create_pods(row, target, row.incarnation, operation.ordinal or 0, mine,
-                                operation):
-            operation.step = Step.SURGE_WAIT_READY
-        return
+            row, failure = wait_gone(work, row, stale)
+            return row if failure is None else surge_failed(work, row, failure, new_live)
+        if work.create_pods(row, target, row.incarnation, operation.ordinal or 0, mine,
+                            operation):
+            return row
+        return row.step_to(Step.SURGE_WAIT_READY)
     if not handed_over:
-        failure = check_pods(work, operation, mine)
+        checked, failure = check_pods(work, operation, mine)
+        row = row.but(operation=checked)
         if failure is not None:
-            surge_failed(work, row, failure, new_live)
-            return
+            return surge_failed(work, row, failure, new_live)
     if step == Step.SURGE_WAIT_READY:
         if new_live and all(P.containers_ready(p) for p in new_live):
             work.route(new_live, True)
-            operation.served = True
-            operation.step = Step.SURGE_WAIT_AVAILABLE
-        return
+            return row.step_to(Step.SURGE_WAIT_AVAILABLE, served=True)
+        return row
     if step == Step.SURGE_WAIT_AVAILABLE:
         # A pass cut short after recording this step may not have put the new pod into
         # rotation: do it now (as finish_when_available does), or this waits forever.
         work.route(new_live, True)
-        if _available(work, new_live):
-            operation.step = Step.HAND_OVER
-        return
-    _drain_source(work, row, old.live, old.pods, lambda: _promote_single(work, row))
+        return row.step_to(Step.HAND_OVER) if _available(work, new_live) else row
+    drained = _drain_source(work, row, old.live, old.pods)
+    if drained is not None:
+        return drained
+    return _finish(work, row.but(ordinal=operation.ordinal), target)
 
 
 def _available(work: Work, pods: list[Json]) -> bool:
@@ -215,20 +203,16 @@ def _available(work: Work, pods: list[Json]) -> bool:
     return False
 
 
-def _drain_source(work: Work, row: Row, live: list[Json], listed: list[Json],
-                  promote: Callable[[], Outcome]) -> Outcome:
-    """HandOver, DrainOld, WaitDrained: shared by single pods and gangs; ``promote``
-    ends the update once the source's pods are gone."""
-    operation = operation_of(row)
+def _drain_source(work: Work, row: Row, live: list[Json], listed: list[Json]) -> Row | None:
+    """HandOver, DrainOld, WaitDrained: shared by single pods and gangs. The row at its
+    next step, or None once the source's pods are gone and the update may end."""
+    operation = row.op
     if operation.step == Step.HAND_OVER:
         work.route(live, False)
-        operation.handed_over = True
-        operation.step = Step.DRAIN_OLD
-        return Outcome.KEPT
+        return row.step_to(Step.DRAIN_OLD, handed_over=True)
     if operation.step == Step.DRAIN_OLD:
         work.delete_unrouted(listed)
-        operation.step = Step.WAIT_DRAINED
-        return Outcome.KEPT
+        return row.step_to(Step.WAIT_DRAINED)
     if listed:
         # A pass cut short after recording WaitDrained (a failed write, a killed job) may
         # have deleted only some of the pods: delete the rest (terminating ones are skipped),
@@ -236,38 +220,29 @@ def _drain_source(work: Work, row: Row, live: list[Json], listed: list[Json],
         work.delete_unrouted(listed)
         # The update, and its surge slot, last until the drained pods are gone.
         work.wake(min(P.deletion_deadline(p) or work.now for p in listed))
-        return Outcome.KEPT
-    return promote()
+        return row
+    return None
 
 
-def _promote_single(work: Work, row: Row) -> Outcome:
-    operation = operation_of(row)
-    row.ordinal = operation.ordinal
-    _finish(work, row, _target(operation))
-    return Outcome.KEPT
-
-
-def _abandon_single(work: Work, row: Row, mine: list[Json]) -> None:
+def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
     """End a superseded surge while the old pod still serves: unroute the new pod if
     it serves, delete it, and return to Ready on the revision the Instance runs."""
-    operation = operation_of(row)
-    if operation.step != Step.ABANDON:
-        operation.step = Step.ABANDON
+    if row.op.step != Step.ABANDON:
         work.event("Normal", SURGE_ABANDONED, row.index, _superseded_message(work, row))
+        row = row.step_to(Step.ABANDON)
     live = [p for p in mine if not P.is_terminating(p)]
     if any(P.gate_set(p) and not P.has_ended(p) for p in live):
         work.route(live, False)
-        return
+        return row
     if live:
-        grace = None if operation.served else _abandon_grace(work)
+        grace = None if row.op.served else _abandon_grace(work)
         for pod in live:
             work.delete(pod, grace)
-        return
+        return row
     if mine:
         work.wake(min(P.deletion_deadline(p) or work.now for p in mine))
-        return
-    row.operation = None
-    row.phase = Phase.READY
+        return row
+    return row.but(operation=None, phase=Phase.READY)
 
 
 def _abandon_grace(work: Work) -> int | None:
@@ -276,7 +251,7 @@ def _abandon_grace(work: Work) -> int | None:
 
 
 def _superseded_message(work: Work, row: Row) -> str:
-    target = _target(operation_of(row))
+    target = _target(row.op)
     newest = work.desired.revision
     if newest == row.revision:
         return (f"abandoned surge to withdrawn revision {target}; the Instance stays on "
@@ -285,14 +260,14 @@ def _superseded_message(work: Work, row: Row) -> str:
 
 
 def _replacement_lost(work: Work, row: Row, source: list[Json], reason: str,
-                      lost: list[Json], known: Json | None = None) -> None:
+                      lost: list[Json], known: Json | None = None) -> Row:
     """The replacement is gone after it took over serving: nothing is rebuilt at it.
 
     When a newer change withdrew its revision meanwhile, ending the surge is what
     the change asked for (a Normal event). Otherwise a serving replacement was lost:
     a Warning, with the loss as the Instance's lastFailure, counted against the
     revision when the revision caused it."""
-    target = _target(operation_of(row))
+    target = _target(row.op)
     standing = [p for p in source if not P.is_terminating(p)]
     superseded = target != work.desired.revision
     kind, prefix = ("Normal", f"abandoned superseded surge to {target}") if superseded else (
@@ -301,22 +276,19 @@ def _replacement_lost(work: Work, row: Row, source: list[Json], reason: str,
     if failure is not None:
         prefix += f" ({failure['reason']}: {failure['message']})"
         if revision_caused(failure):
-            record_failure(work, row, target, failure)
+            row = record_failure(work, row, target, failure)
         else:
-            row.last_failure = failure
-    row.operation = None
+            row = row.but(last_failure=failure)
     if standing:
         work.route(standing, True)
-        row.phase = Phase.READY
         work.event(kind, reason, row.index, (
             f"{prefix}; the replacement was lost after it took over serving and nothing is "
             f"rebuilt at it; the source returns to rotation on revision {row.revision}"))
-        return
-    row.phase = Phase.FAILED
-    row.rebuild = True
+        return row.but(operation=None, phase=Phase.READY)
     work.event(kind, reason, row.index, (
         f"{prefix}; no source pod stands, so the Instance re-enters as a fresh start at "
         f"revision {work.desired.revision}"))
+    return row.but(operation=None, phase=Phase.FAILED, rebuild=True)
 
 
 def _loss(work: Work, lost: list[Json]) -> Json:
@@ -329,20 +301,21 @@ def _loss(work: Work, lost: list[Json]) -> Json:
                        "the replacement's pods are gone or terminating")
 
 
-def surge_failed(work: Work, row: Row, failure: Json, new_live: list[Json]) -> None:
+def surge_failed(work: Work, row: Row, failure: Json, new_live: list[Json]) -> Row:
     """The old pod keeps serving; a live new pod stays as an extra until the next start."""
-    target = _target(operation_of(row))
+    target = _target(row.op)
     work.route(new_live, False)
     for pod in work.pods_of(row.index):
         if P.has_ended(pod):
             work.delete(pod)
-    row.operation = None
     instance = work.instance(row)
-    row.phase = Phase.READY if instance.serving_pod_count() >= instance.needed else Phase.FAILED
+    serves = instance.serving_pod_count() >= instance.needed
     work.event("Warning", "UpdateFailed", row.index,
                f"update to {target} failed: {failure['reason']}: {failure['message']}; "
                "the old pod keeps serving")
-    record_failure(work, row, target, failure)
+    return record_failure(work, row.but(operation=None,
+                                        phase=Phase.READY if serves else Phase.FAILED),
+                          target, failure)
 
 
 # -- SurgeThenDrain, a gang --------------------------------------------------------
@@ -356,8 +329,8 @@ def _lowest_free_index(work: Work) -> int:
     return index
 
 
-def _surge_gang(work: Work, row: Row) -> Outcome:
-    operation = operation_of(row)
+def _surge_gang(work: Work, row: Row) -> tuple[Row, Outcome]:
+    operation = row.op
     target = _target(operation)
     step = operation.step
     source = work.instance(row)
@@ -365,16 +338,13 @@ def _surge_gang(work: Work, row: Row) -> Outcome:
         # As a single pod's start evicts what an earlier attempt left, a gang's waits
         # until an abandoned replacement of an earlier attempt is gone.
         if any(r.surge_of == row.index for r in work.rows.values()):
-            return Outcome.KEPT
+            return row, Outcome.KEPT
         index = _lowest_free_index(work)
         replacement = new_row(index, 1, target, Phase.CREATING,
                               work.operation(OperationType.CREATE, Step.CREATE_PODS))
-        replacement.surge_of = row.index
-        work.rows[index] = replacement
-        operation.replacement = index
-        operation.step = Step.SURGE_WAIT_READY
-        step_create(work, replacement)
-        return Outcome.KEPT
+        work.put(replacement.but(surge_of=row.index))
+        work.put(step_create(work, work.rows[index]))
+        return row.step_to(Step.SURGE_WAIT_READY, replacement=index), Outcome.KEPT
     found = work.rows.get(operation.replacement) if operation.replacement is not None \
         else None
     handed_over = operation.handed_over
@@ -382,42 +352,41 @@ def _surge_gang(work: Work, row: Row) -> Outcome:
         lost = work.pods_of(found.index) if found is not None else []
         known = found.last_failure if found is not None else None  # its restart saw why
         if found is not None and found.phase != Phase.DELETING:
-            open_delete(work, found, "replacement lost")
-        _replacement_lost(work, row, source.live, GANG_SURGE_ABANDONED, lost, known)
-        return Outcome.KEPT
+            work.put(open_delete(work, found, "replacement lost"))
+        return (_replacement_lost(work, row, source.live, GANG_SURGE_ABANDONED, lost, known),
+                Outcome.KEPT)
     replacement = found
     if not handed_over and target != work.desired.revision:
-        _abandon_gang(work, row, replacement, "Normal", _superseded_message(work, row))
-        return Outcome.KEPT
+        return (_abandon_gang(work, row, replacement, "Normal",
+                              _superseded_message(work, row)), Outcome.KEPT)
     if not handed_over and replacement.phase == Phase.FAILED:
         failure = replacement.last_failure or {}
         message = (f"abandoned surge to {target}: replacement Instance {replacement.index} "
                    f"failed: {failure.get('reason', 'Failed')}; the old Instance keeps serving")
-        _abandon_gang(work, row, replacement, "Warning", message)
-        record_failure(work, row, target, failure or {"reason": "Failed", "message": ""})
-        return Outcome.KEPT
+        row = _abandon_gang(work, row, replacement, "Warning", message)
+        return (record_failure(work, row, target,
+                               failure or {"reason": "Failed", "message": ""}), Outcome.KEPT)
     if step == Step.SURGE_WAIT_READY:
         if (replacement.operation is not None
                 and replacement.operation.step == Step.WAIT_AVAILABLE) or (
                 replacement.phase == Phase.READY):
-            operation.step = Step.SURGE_WAIT_AVAILABLE
-        return Outcome.KEPT
+            return row.step_to(Step.SURGE_WAIT_AVAILABLE), Outcome.KEPT
+        return row, Outcome.KEPT
     if step == Step.SURGE_WAIT_AVAILABLE:
         if replacement.phase == Phase.READY:
-            operation.step = Step.HAND_OVER
-        return Outcome.KEPT
+            return row.step_to(Step.HAND_OVER), Outcome.KEPT
+        return row, Outcome.KEPT
     if step == Step.HAND_OVER and _stopped_serving(work, replacement):
         # Not handed over yet: the source keeps serving while the replacement recovers.
-        operation.step = Step.SURGE_WAIT_AVAILABLE
-        return Outcome.KEPT
-
-    def promote() -> Outcome:
-        replacement.surge_of = None
-        work.event("Normal", "InstanceUpdated", row.index,
-                   f"replaced by Instance {replacement.index} on {target}")
-        return Outcome.GONE
-
-    return _drain_source(work, row, source.live, work.pods_of(row.index), promote)
+        return row.step_to(Step.SURGE_WAIT_AVAILABLE), Outcome.KEPT
+    drained = _drain_source(work, row, source.live, work.pods_of(row.index))
+    if drained is not None:
+        return drained, Outcome.KEPT
+    # The replacement takes the source's place: the source leaves the record.
+    work.put(replacement.but(surge_of=None))
+    work.event("Normal", "InstanceUpdated", row.index,
+               f"replaced by Instance {replacement.index} on {target}")
+    return row, Outcome.GONE
 
 
 def _stopped_serving(work: Work, replacement: Row) -> bool:
@@ -442,22 +411,22 @@ def _stopped_serving(work: Work, replacement: Row) -> bool:
     return trigger is not None and trigger.whole
 
 
-def _abandon_gang(work: Work, row: Row, replacement: Row, kind: str, message: str) -> None:
+def _abandon_gang(work: Work, row: Row, replacement: Row, kind: str, message: str) -> Row:
     """Delete the whole replacement Instance; the old one keeps serving."""
     work.event(kind, GANG_SURGE_ABANDONED, row.index, message)
     served = any(P.gate_set(p) for p in work.pods_of(replacement.index))
-    open_delete(work, replacement, "surge abandoned")
+    replacement = open_delete(work, replacement, "surge abandoned")
     if not served:
-        operation_of(replacement).abandon_grace = _abandon_grace(work)
-    row.operation = None
-    row.phase = Phase.READY
+        replacement = replacement.with_op(abandon_grace=_abandon_grace(work))
+    work.put(replacement)
+    return row.but(operation=None, phase=Phase.READY)
 
 
 # -- Drain: delete and recreate under the same names ------------------------------
 
 
-def _drain(work: Work, row: Row) -> None:
-    recreate(work, row, retarget=True)
+def _drain(work: Work, row: Row) -> Row:
+    return recreate(work, row, retarget=True)
 
 
 # -- InPlace: new images in the same pod --------------------------------------------
@@ -470,8 +439,8 @@ def _target_images(work: Work, revision: str) -> dict[str, str]:
     return {c["name"]: c.get("image") for c in template["spec"].get("containers") or []}
 
 
-def _in_place(work: Work, row: Row) -> None:
-    operation = operation_of(row)
+def _in_place(work: Work, row: Row) -> Row:
+    operation = row.op
     step = operation.step
     instance = work.instance(row)
     mark = work.lifecycle.value(
@@ -483,27 +452,20 @@ def _in_place(work: Work, row: Row) -> None:
         work.event("Warning", REVISION_MISSING, row.index, (
             f"revision {target} has no ControllerRevision, so its images cannot be set in "
             f"place; recreating the Instance at {work.desired.revision}"))
-        operation.mode, operation.step = Mode.DRAIN, Step.UNROUTE
-        _drain(work, row)
-        return
+        return _drain(work, row.step_to(Step.UNROUTE, mode=Mode.DRAIN))
     if step == Step.UNROUTE:
         if mark:
             work.route(instance.live, False)
-        operation.step = Step.PATCH_IMAGES
-        return
+        return row.step_to(Step.PATCH_IMAGES)
     if step == Step.PATCH_IMAGES:
         _patch_images(work, instance.live, target)
-        row.revision = target
-        operation.step = Step.WAIT_READY
-        return
-    failure = check_instance(work, row)
+        return row.but(revision=target).step_to(Step.WAIT_READY)
+    row, failure = check_instance(work, row)
     if failure is not None:
         out_of_rotation(work, row)
-        row.phase = Phase.FAILED
         work.event("Warning", "UpdateFailed", row.index,
                    f"in-place update to {row.revision} failed: {failure['reason']}")
-        record_failure(work, row, row.revision, failure)
-        return
+        return record_failure(work, row.but(phase=Phase.FAILED), row.revision, failure)
     if step == Step.WAIT_READY:
         # A pass cut short after recording WaitReady (a failed write, a killed job) may
         # not have patched every pod: patch what still lacks the images, or this waits
@@ -515,17 +477,15 @@ def _in_place(work: Work, row: Row) -> None:
             # Recorded, then cut short before the patch, and the target's images are
             # unknown now (its ControllerRevision deleted): the update never reached the
             # pods. The Instance stays on the revision they run, and moves again.
-            row.revision = P.revision_of(instance.live[0])
             work.route(instance.live, True)
-            row.operation = None
-            row.phase = Phase.READY
-            return
+            return row.but(revision=P.revision_of(instance.live[0]), operation=None,
+                           phase=Phase.READY)
         if instance.containers_ready() and all(
                 _runs_images(p, _images_for(work, target, p)) for p in instance.live):
             work.route(instance.live, True)
-            operation.step = Step.WAIT_AVAILABLE
-        return
-    finish_when_available(work, row, "updated in place")
+            return row.step_to(Step.WAIT_AVAILABLE)
+        return row
+    return finish_when_available(work, row, "updated in place") or row
 
 
 def _never_patched(pods: list[Json], target: str) -> bool:

@@ -178,6 +178,11 @@ class Work:
 
     # -- writing --------------------------------------------------------------
 
+    def put(self, row: Row) -> Row:
+        """Record ``row`` as its Instance's row from now on in this pass."""
+        self.rows[row.index] = row
+        return row
+
     def event(self, kind: str, reason: str, index: int | None, text: str) -> None:
         where = f"OMENative component={self.desired.component}"
         if index is not None:
@@ -242,7 +247,7 @@ class Work:
                               len(wanted))
         if group is not None:
             self.actions.append(group)
-        avoid = row.avoid_nodes or []
+        avoid = row.avoid_nodes or ()
         for pod in missing:
             if avoid:
                 _steer_off(pod, avoid)
@@ -255,7 +260,7 @@ class Work:
         return missing
 
 
-def _steer_off(pod: Json, nodes: list[str]) -> None:
+def _steer_off(pod: Json, nodes: tuple[str, ...]) -> None:
     """Keep the pod off nodes where earlier attempts failed for reasons of their own."""
     term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn",
                                   "values": sorted(nodes)}]}
