@@ -34,7 +34,7 @@ HISTORY_ANNOTATION = "ome.io/revision-history-limit"
 ISVC, RUNTIME, OPERATOR, DEFAULT = "isvc", "runtime", "operator", "default"
 # Plain strings: resolved values are copied with marshal, which refuses an enum member.
 SURGE_THEN_DRAIN = Strategy.SURGE_THEN_DRAIN.value
-IN_PLACE = (Strategy.IN_PLACE_IF_POSSIBLE.value, Strategy.IN_PLACE_ONLY.value)
+IN_PLACE_STRATEGIES = (Strategy.IN_PLACE_IF_POSSIBLE.value, Strategy.IN_PLACE_ONLY.value)
 SINGLE, GANG = "single", "gang"
 
 
@@ -259,7 +259,7 @@ def _fields(
     fields["updateStrategy.rollingUpdate.maxUnavailable"] = pick(
         "updateStrategy.rollingUpdate.maxUnavailable", chart.max_unavailable
     )
-    if strategy in IN_PLACE:
+    if strategy in IN_PLACE_STRATEGIES:
         fields["updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle"] = pick(
             "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle", default=True
         )
