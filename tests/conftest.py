@@ -41,6 +41,41 @@ def cli(capsys):
     return run
 
 
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory):
+    """The real control plane of ``tests/controlplane/`` (see its conftest.py), started
+    once per session for those tests and for the ``controlplane`` parameter of
+    ``backend``. ``OMEGITOPS_CONTROLPLANE=skip`` skips every test that uses it."""
+    if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip":
+        pytest.skip("OMEGITOPS_CONTROLPLANE=skip")
+    from tests.controlplane.conftest import (
+        ControlPlane,
+        build_control_plane,
+        install_omegitops,
+    )
+
+    bin_dir = build_control_plane()
+    workdir = tmp_path_factory.mktemp("controlplane")
+    with ControlPlane(bin_dir, workdir) as cp:
+        install_omegitops(cp)
+        yield cp
+
+
+@pytest.fixture(params=["sim", "controlplane"])
+def backend(request, tmp_path):
+    """Where a scenario of ``tests/backends.py`` runs: the simulated cluster, where
+    ``advance`` jumps the clock, or the real control plane (skipped exactly when the
+    tests of ``tests/controlplane/`` are), where it waits."""
+    from tests.backends import ControlPlaneBackend, SimBackend
+
+    if request.param == "sim":
+        made = SimBackend(tmp_path)
+    else:
+        made = ControlPlaneBackend(request.getfixturevalue("control_plane"), tmp_path)
+    yield made
+    made.close()
+
+
 RUNTIME = """
 apiVersion: ome.io/v1beta1
 kind: ClusterServingRuntime

@@ -69,6 +69,7 @@ class Scenario:
         # A fault from outside (an eviction, a deleted pod) may leave a gang partial
         # until the planner restarts it; after one, that invariant is not ours to hold.
         self.strict_gangs = True
+        self.results: list[PassResult] = []
 
     def items(self):
         loaded = load(self.repo)
@@ -84,6 +85,7 @@ class Scenario:
             target = cluster if kill_after is None else KillAfter(cluster, kill_after)
             result = run_pass(target, items)
             self.passes += 1
+            self.results.append(result)
             # A killed pass may leave a gang half-created; the next pass completes it.
             check_invariants(cluster, self.max_rows, items,
                              whole=kill_after is None and self.strict_gangs)

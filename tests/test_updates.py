@@ -514,22 +514,6 @@ def test_unschedulable_surge_fails_after_the_grace_and_leaves_an_extra(tmp_path)
     assert {r["revision"] for r in rows(scenario).values()} == {revision(scenario)}
 
 
-def test_the_documents_hold_at_max_unavailable_zero(tmp_path):
-    """update-strategies.txt: the hold of an InPlaceIfPossible engine with
-    maxUnavailable 0, a legal (if stuck) budget in a service: the rollout holds with the
-    documented reason, in the InferenceReplica and where ``get irep`` shows it."""
-    life = strategy("InPlaceIfPossible", maxUnavailable=0)
-    scenario, change = make(tmp_path, replicas=2, lifecycle=life)
-    change(image="sglang:v2", lifecycle=life)
-    scenario.until_idle()
-    hold = scenario.status(NAME)["rolloutHold"]
-    assert hold["gate"] == "Budget"
-    assert hold["reason"] == "per-Component unavailability budget 0 exhausted (would become 1)"
-    assert hold["target"] == scenario.replica(NAME)["spec"]["revision"]
-    assert hold["since"]
-    assert {r["revision"] for r in rows(scenario).values()} != {revision(scenario)}
-
-
 def test_a_replacement_that_never_served_goes_with_the_abandon_grace(tmp_path):
     """update-strategies.txt: a pod that never served is deleted with
     abandonedReplacementGracePeriod instead of its own terminationGracePeriodSeconds."""

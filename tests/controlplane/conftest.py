@@ -7,6 +7,10 @@ kube-scheduler, kube-controller-manager and KWOK with eight 8-GPU nodes; OME's
 CRDs from ``../shared/ome/crds`` (skipped, with a message, when that folder is
 absent), the InferenceReplica CRD and the RBAC of ``pipelines/``.
 
+The session's ``control_plane`` fixture is in ``tests/conftest.py``, with the
+``backend`` fixture whose ``controlplane`` parameter runs the scenarios of
+``tests/backends.py`` on it; it starts the control plane with the functions here.
+
 ``OMEGITOPS_CONTROLPLANE=skip`` skips these tests (for a quick run of the rest).
 """
 
@@ -71,17 +75,6 @@ def install_omegitops(cp: ControlPlane, nodes: int = NODES) -> None:
     cp.create_namespace(JOB_NAMESPACE)
     cp.apply_file(PIPELINES / "rbac.yaml")
     cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
-
-
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory):
-    if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip":
-        pytest.skip("OMEGITOPS_CONTROLPLANE=skip")
-    bin_dir = build_control_plane()
-    workdir = tmp_path_factory.mktemp("controlplane")
-    with ControlPlane(bin_dir, workdir) as cp:
-        install_omegitops(cp)
-        yield cp
 
 
 @pytest.fixture(scope="session")
