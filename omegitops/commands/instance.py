@@ -136,15 +136,16 @@ def live_rows(cluster: Any, replica: dict, namespace: str, isvc: str,
         index = (meta.get("labels") or {}).get(LABEL_INDEX, "")
         if meta.get("namespace") == namespace and index.isdigit():
             pods.setdefault(int(index), []).append(pod)
-    for row in rows:
-        live = pods.get(row["index"])
-        if live is None:
-            continue
-        row["pods"] = [{**pod_row(pod),
-                        "terminating": bool((pod.get("metadata") or {}).get("deletionTimestamp"))}
-                       for pod in sorted(live, key=lambda p: (runner_of(p), ordinal_of(p),
-                                                             p["metadata"]["name"]))]
-    return rows
+    return [row if row["index"] not in pods else {**row, "pods": _live_pods(pods[row["index"]])}
+            for row in rows]
+
+
+def _live_pods(live: list[dict]) -> list[dict]:
+    """The pod entries of a row as the cluster has the pods now."""
+    return [{**pod_row(pod),
+             "terminating": bool((pod.get("metadata") or {}).get("deletionTimestamp"))}
+            for pod in sorted(live, key=lambda p: (runner_of(p), ordinal_of(p),
+                                                  p["metadata"]["name"]))]
 
 
 def run_list(args: argparse.Namespace) -> int:
