@@ -300,13 +300,32 @@ class ControlPlane(Supervisor):
                     f"--node-monitor-grace-period={self.node_monitor_grace}",
                     "--node-monitor-period=2s"]
         if name == "kube-scheduler":
-            return [kubeconfig, "--leader-elect=false", "--secure-port=0"]
+            return [f"--config={self._scheduler_config()}", "--secure-port=0"]
         if name == "kwok":
             return [kubeconfig, f"--config={STAGES}", "--manage-all-nodes=false",
                     f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}=managed",
                     f"--node-lease-duration-seconds={self.node_lease_seconds}",
                     "--cidr=10.244.0.0/16", "--node-ip=10.0.0.1"]
         raise KeyError(name)
+
+    def _scheduler_config(self) -> Path:
+        """The scheduler packs GPUs (NodeResourcesFit, MostAllocated), as GPU clusters are
+        set up: spread over every node, one-GPU pods would leave none of the eight-GPU
+        nodes a gang's pod needs whole (the examples' deepseek gangs), depending only on
+        which pods a run happens to create first."""
+        path = self.workdir / "scheduler.yaml"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.admin_kubeconfig)},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [{
+                "name": "NodeResourcesFit",
+                "args": {"scoringStrategy": {"type": "MostAllocated", "resources": [
+                    {"name": "nvidia.com/gpu", "weight": 5}, {"name": "cpu", "weight": 1},
+                    {"name": "memory", "weight": 1}]}}}]}],
+        }))
+        return path
 
     def _wait(self, process: Process, ready, seconds: float) -> None:
         wait_ready(process, ready, seconds)
