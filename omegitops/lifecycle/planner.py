@@ -284,11 +284,9 @@ def _replica(work: Work, rollout: RolloutOutcome) -> Json:
     from the rows and the pods."""
     desired, observed = work.desired, work.observed
     previous = observed.replica or {}
-    ordered = [work.put(row.but(pods=tuple(P.pod_row(p) for p in work.pods_of(row.index)
-                                           if not P.is_terminating(p))))
-               for row in sorted(work.rows.values(), key=lambda r: r.index)]
+    ordered = [work.rows[index] for index in sorted(work.rows)]
     status = component_status(work, ordered, work.previous, rollout)
-    status["instances"] = encode_rows([row.for_storage() for row in ordered])
+    status["instances"] = encode_rows([_stored(work, row) for row in ordered])
     if work.retries:
         status["revisionRetries"] = work.retries
     metadata = copy.deepcopy(previous.get("metadata") or {})
@@ -313,6 +311,14 @@ def _replica(work: Work, rollout: RolloutOutcome) -> Json:
     }
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec,
             "status": status}
+
+
+def _stored(work: Work, row: Row) -> Json:
+    """The row as the status keeps it, with its pods as this pass saw them (the next
+    pass's repairs compare restarts with them)."""
+    stored = row.for_storage()
+    stored["pods"] = [P.pod_row(p) for p in work.pods_of(row.index) if not P.is_terminating(p)]
+    return stored
 
 
 def _object_part(replica: Json) -> tuple[Any, ...]:
