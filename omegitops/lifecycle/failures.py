@@ -222,7 +222,7 @@ def _hold_ended(work: Work, operation: Operation, pods: list[Json]) -> Operation
     a pod once its last gate goes, and its PodScheduled condition keeps that moment.
     While a pod is still unbound the moment is unknown, and this pass stands for it
     (a window never starts before the hold really ended)."""
-    seen = parse_time(operation.held_at or format_time(work.now))
+    seen = parse_time(operation.held_at) if operation.held_at else work.now
     live = [p for p in pods if not P.is_terminating(p) and not P.has_ended(p)]
     bound = [P.condition(p, "PodScheduled") for p in live]
     times = [since for ok, since in bound if ok and since is not None]

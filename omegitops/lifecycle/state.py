@@ -129,19 +129,13 @@ class Operation:
     @classmethod
     def from_storage(cls, stored: Json) -> Operation:
         """An operation ``replica.read_rows`` found readable."""
-        get = stored.get
-        mode, stuck = get("mode"), get("stuck")
-        return cls(OperationType(stored["type"]), Step(stored["step"]),
-                   strategy=get("strategy"), started_at=get("startedAt"),
-                   deadline=get("deadline"), waiting=get("waiting"),
-                   mode=None if mode is None else Mode(mode),
-                   target_revision=get("targetRevision"), ordinal=get("ordinal"),
-                   replacement=get("replacement"), handed_over=bool(get("handedOver")),
-                   served=bool(get("served")), fresh=bool(get("fresh")),
-                   retry=bool(get("retry")), abandon_grace=get("abandonGrace"),
-                   overdue=bool(get("overdue")), refused=get("refused"),
-                   stuck=None if stuck is None else dict(stuck),
-                   held_at=get("heldAt"), hold_ended=get("holdEnded"))
+        values = _present(stored, _OPERATION_KEYS)
+        values.update(type=OperationType(stored["type"]), step=Step(stored["step"]))
+        if "mode" in values:
+            values["mode"] = Mode(values["mode"])
+        if "stuck" in values:
+            values["stuck"] = dict(values["stuck"])
+        return cls(**values)
 
     def for_storage(self) -> Json:
         stored: Json = {"type": self.type.value, "step": self.step.value,
@@ -213,16 +207,15 @@ class Row:
     @classmethod
     def from_storage(cls, stored: Json) -> Row:
         """A row ``replica.read_rows`` found readable."""
-        get = stored.get
-        operation, avoid = get("operation"), get("avoidNodes")
-        return cls(stored["index"], stored["incarnation"], Phase(stored["phase"]),
-                   stored["revision"],
-                   operation=Operation.from_storage(operation) if operation else None,
-                   last_failure=get("lastFailure"), pods=tuple(get("pods") or ()),
-                   ordinal=get("ordinal"), surge_of=get("surgeOf"),
-                   rebuild=bool(get("rebuild")), refused=get("refused"),
-                   attempts=get("attempts"), retry_at=get("retryAt"),
-                   avoid_nodes=None if avoid is None else tuple(avoid))
+        values = _present(stored, _ROW_KEYS)
+        values["phase"] = Phase(stored["phase"])
+        operation = values.pop("operation", None)
+        if operation:
+            values["operation"] = Operation.from_storage(operation)
+        for name in ("pods", "avoid_nodes"):
+            if name in values:
+                values[name] = tuple(values[name])
+        return cls(**values)
 
     def for_storage(self) -> Json:
         stored: Json = {"index": self.index, "incarnation": self.incarnation,
@@ -256,3 +249,8 @@ _ROW_KEYS = {
     "ordinal": "ordinal", "surge_of": "surgeOf", "rebuild": "rebuild", "refused": "refused",
     "attempts": "attempts", "retry_at": "retryAt", "avoid_nodes": "avoidNodes",
 }
+
+
+def _present(stored: Json, keys: dict[str, str]) -> dict[str, Any]:
+    """The stored fields that are set, by their names here."""
+    return {name: stored[key] for name, key in keys.items() if stored.get(key) is not None}
