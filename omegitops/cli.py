@@ -14,7 +14,7 @@ import sys
 
 from omegitops import __version__
 from omegitops.commands import COMMANDS
-from omegitops.errors import OmegitopsError, UsageError
+from omegitops.util.errors import OmegitopsError, UsageError
 
 log = logging.getLogger("omegitops")
 

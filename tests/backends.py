@@ -21,8 +21,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from omegitops.lifecycle import pods as P
-from omegitops.reconcile import PassResult
+from omegitops.app.passes import PassResult
+from omegitops.render import pods as P
 from tests.fleet import write_service
 from tests.scenario import Scenario, converged
 

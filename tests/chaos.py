@@ -40,23 +40,23 @@ from typing import Any
 
 import yaml
 
+from omegitops.app.passes import MANAGED, PassResult, plan_all, run_pass
+from omegitops.capacity import nodes as sim_nodes
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.errors import Conflict, Transient
 from omegitops.cluster.sim import SimCluster
-from omegitops.cluster.sim import nodes as sim_nodes
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.budgets import scaled_value
-from omegitops.lifecycle.instance import InstancePods
-from omegitops.lifecycle.replica import decode_rows
-from omegitops.lifecycle.templates import (
+from omegitops.manifests.load import load, resolved_components
+from omegitops.model.budgets import scaled_value
+from omegitops.model.replica import decode_rows
+from omegitops.render import pods as P
+from omegitops.render.instance import InstancePods
+from omegitops.render.templates import (
     LABEL_COMPONENT,
     LABEL_INDEX,
     LABEL_ISVC,
     MANAGED_BY,
     MANAGER,
 )
-from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import MANAGED, PassResult, plan_all, run_pass
 from tests.fleet import TOLERATIONS, runner
 from tests.scenario import POD_NAME, WRITES, KillAfter, check_invariants
 

@@ -6,13 +6,15 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from omegitops.app.passes import MANAGED, PassResult, run_pass
 from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA
 from omegitops.cluster.errors import Transient
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.budgets import scaled_value
-from omegitops.lifecycle.replica import decode_rows
-from omegitops.lifecycle.templates import (
+from omegitops.manifests.load import load, resolved_components
+from omegitops.model.budgets import scaled_value
+from omegitops.model.replica import decode_rows
+from omegitops.render import pods as P
+from omegitops.render.templates import (
     LABEL_COMPONENT,
     LABEL_INCARNATION,
     LABEL_INDEX,
@@ -22,8 +24,6 @@ from omegitops.lifecycle.templates import (
     MANAGED_BY,
     SERVING_GATE,
 )
-from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import MANAGED, PassResult, run_pass
 
 POD_NAME = re.compile(r"^(?P<isvc>.+)-(?P<component>engine|decoder|router)-(?P<index>\d+)-"
                       r"(?P<runner>default|leader|worker)-(?P<ordinal>\d+)$")

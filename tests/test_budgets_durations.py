@@ -1,13 +1,13 @@
 import pytest
 
-from omegitops.lifecycle.budgets import (
+from omegitops.model.budgets import (
     BudgetError,
     is_over_100_percent,
     is_zero,
     parse_int_or_percent,
     scaled_value,
 )
-from omegitops.lifecycle.durations import DurationError, format_duration, parse_duration
+from omegitops.model.durations import DurationError, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from omegitops import reconcile
+from omegitops.app import passes as reconcile
 from omegitops.lifecycle.converged import CONVERGED_ANNOTATION
 from tests.scenario import converged
 

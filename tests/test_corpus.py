@@ -8,10 +8,10 @@ both are reported, neither stops the rest.
 
 import pytest
 
-from omegitops.lifecycle.operator import OperatorSettings
 from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.repository import INFERENCE_SERVICE, MANAGED_KINDS
 from omegitops.manifests.validate import percentage_errors, schema_errors
+from omegitops.render.operator import OperatorSettings
 from tests.conftest import SHARED_OME
 
 pytestmark = pytest.mark.skipif(not SHARED_OME.is_dir(), reason="../shared/ome not present")

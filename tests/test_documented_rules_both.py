@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from omegitops.lifecycle import pods as P
+from omegitops.render import pods as P
 from tests.backends import NAME, messages, rows, serving_gangs, settled, step
 from tests.fleet import strategy
 

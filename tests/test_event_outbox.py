@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle.actions import Event
-from omegitops.lifecycle.outbox import OUTBOX, SEQUENCE, post
+from omegitops.model.actions import Event
+from omegitops.model.outbox import OUTBOX, SEQUENCE, post
 from tests.fleet import write_service
 from tests.scenario import Scenario
 

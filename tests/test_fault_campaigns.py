@@ -44,10 +44,10 @@ from hypothesis import HealthCheck, Phase, given, note, seed, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
+from omegitops.app.passes import run_pass
 from omegitops.cluster.errors import Transient
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle import pods as P
-from omegitops.reconcile import run_pass
+from omegitops.render import pods as P
 from tests.chaos import Campaign, Service
 from tests.fleet import strategy, write_service
 from tests.scenario import KillAfter, Scenario

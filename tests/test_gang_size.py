@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle import pods as P
+from omegitops.render import pods as P
 from tests.fleet import runner, strategy, write_service
 from tests.scenario import Scenario
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from omegitops.gcpause import gc_paused, without_gc_pauses
+from omegitops.util.gcpause import gc_paused, without_gc_pauses
 
 
 @pytest.fixture(autouse=True)

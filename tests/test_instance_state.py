@@ -8,8 +8,8 @@ import marshal
 
 import pytest
 
-from omegitops.lifecycle.replica import decode_rows, encode_rows, read_rows
-from omegitops.lifecycle.state import Mode, Operation, OperationType, Phase, Row, Step
+from omegitops.model.replica import decode_rows, encode_rows, read_rows
+from omegitops.model.state import Mode, Operation, OperationType, Phase, Row, Step
 
 SURGING = Row(
     3, 2, Phase.UPDATING, "svc-engine-a",

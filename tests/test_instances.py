@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle import pods as P
+from omegitops.render import pods as P
 from tests.conftest import EXAMPLES
 from tests.scenario import Scenario
 

@@ -14,7 +14,7 @@ about it:
 from __future__ import annotations
 
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle import pods as P
+from omegitops.render import pods as P
 from tests.fleet import strategy, write_service
 from tests.scenario import Scenario
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from omegitops.errors import OperatorConfigError
-from omegitops.lifecycle.operator import parse_operator_values
+from omegitops.render.operator import parse_operator_values
+from omegitops.util.errors import OperatorConfigError
 
 
 def controller(**settings):

@@ -63,7 +63,7 @@ def test_the_schemas_and_templates_are_package_data():
         "clusterservingruntime.schema.json", "inferencereplica.schema.json",
         "inferenceservice.schema.json", "operator-values.schema.json",
         "servingruntime.schema.json", "status-report.schema.json"]
-    assert list((PACKAGE / "templates").glob("*.j2"))
+    assert list((PACKAGE / "report" / "templates").glob("*.j2"))
 
 
 @pytest.fixture(scope="module")

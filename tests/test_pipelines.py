@@ -29,9 +29,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from omegitops.app.shards import MAX_SHARDS, Shard
 from omegitops.cli import build_parser
 from omegitops.cluster.kube.access import INFERENCE_SERVICES, PASS, PODGROUPS, PRUNE, Permission
-from omegitops.shards import MAX_SHARDS, Shard
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = REPO_ROOT / "pipelines"
@@ -632,7 +632,7 @@ def test_the_sharded_template_fans_out_and_merges_once():
 def test_the_plans_forecast_runs_at_the_shipped_cadence():
     """``plan`` forecasts a rollout run by run, as the shipped job runs it: the same
     schedule and --max-seconds as the CronJob, the CronWorkflow and its template."""
-    from omegitops.cadence import SHIPPED_JOB_SECONDS, SHIPPED_SCHEDULE
+    from omegitops.preview.cadence import SHIPPED_JOB_SECONDS, SHIPPED_SCHEDULE
 
     assert the("CronJob")["spec"]["schedule"] == SHIPPED_SCHEDULE
     assert the("CronWorkflow")["spec"]["schedules"] == [SHIPPED_SCHEDULE]

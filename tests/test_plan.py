@@ -12,7 +12,8 @@ import yaml
 
 from omegitops.cluster.sim import SimCluster
 from omegitops.commands import plan as plan_command
-from omegitops.forecast import (
+from omegitops.manifests.load import load, resolved_components
+from omegitops.preview.forecast import (
     IDLE,
     InstanceState,
     Sample,
@@ -20,11 +21,7 @@ from omegitops.forecast import (
     lowest_capacity,
     operation_spans,
 )
-from omegitops.lifecycle.operator import parse_operator_values
-from omegitops.lifecycle.resolve import resolve_component
-from omegitops.lifecycle.templates import render_templates
-from omegitops.manifests.load import load, resolved_components
-from omegitops.planview import (
+from omegitops.preview.planview import (
     BUDGETS_CANNOT_MOVE,
     IN_PLACE_ONLY_WILL_STALL,
     MIN_READY_SHORTER_THAN_PROBE,
@@ -39,6 +36,9 @@ from omegitops.planview import (
     recreate_takes_component_offline,
     template_diff,
 )
+from omegitops.render.operator import parse_operator_values
+from omegitops.render.resolve import resolve_component
+from omegitops.render.templates import render_templates
 from tests.conftest import EXAMPLES, RUNTIME, SERVICE, write_repo
 from tests.fleet import strategy, write_service
 
@@ -634,22 +634,22 @@ def test_a_live_cluster_is_only_observed_and_gets_no_forecast(cli, settled, monk
 @pytest.mark.parametrize("schedule, period", [("*/5 * * * *", 300), ("* * * * *", 60),
                                               ("0,30 * * * *", 1800), ("0,10 * * * *", 3000)])
 def test_a_cadence_is_the_schedules_longest_gap(schedule, period):
-    from omegitops.cadence import cadence
+    from omegitops.preview.cadence import cadence
 
     assert cadence(schedule, 900).period == period
 
 
 @pytest.mark.parametrize("schedule", ["0 3 * * *", "*/5 * * * 1", "@hourly", "*/90 * * * *"])
 def test_a_schedule_without_one_interval_is_a_usage_error(schedule):
-    from omegitops.cadence import cadence
-    from omegitops.errors import UsageError
+    from omegitops.preview.cadence import cadence
+    from omegitops.util.errors import UsageError
 
     with pytest.raises(UsageError, match="--schedule"):
         cadence(schedule, 900)
 
 
 def test_the_next_run_starts_at_the_first_tick_after_the_last_ended():
-    from omegitops.cadence import cadence
+    from omegitops.preview.cadence import cadence
 
     every_five = cadence("*/5 * * * *", 900)
     # A run from 0 s that used its 900 s: the ticks at 300, 600 and 900 were skipped
@@ -688,7 +688,7 @@ def test_a_rollout_longer_than_a_run_is_forecast_run_by_run(tmp_path, cli):
 def test_batching_within_the_budgets_reads_as_pacing_not_a_hold():
     """The rollout hold says Budget both while the budgets pace a rollout (others are
     moving) and while they let nothing move at all: only the second is a hold."""
-    from omegitops.planview import pacing
+    from omegitops.preview.planview import pacing
 
     lifecycle = resolved(service(replicas=3))
     hold = {"gate": "Budget", "reason": "per-Component surge budget 1 exhausted",

@@ -152,7 +152,7 @@ def test_a_revision_no_commit_in_reach_made_is_named_not_guessed(tmp_path, cli, 
     """An Instance on a revision that no commit within reach of the report's renders (the
     history was rewritten, or the revision is older than the walk goes): the plan says
     so and starts that Instance from the newest templates under its name."""
-    from omegitops.lifecycle.replica import decode_rows, encode_rows
+    from omegitops.model.replica import decode_rows, encode_rows
 
     repo, cluster = tmp_path / "repo", tmp_path / "cluster.json"
     write(repo / "manifests", "staged", "sglang:v1", STAGED)

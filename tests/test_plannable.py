@@ -22,14 +22,14 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import omegitops.reconcile as reconcile_module
+import omegitops.app.passes as reconcile_module
+from omegitops.app.passes import Pruning, run_pass
+from omegitops.app.untilidle import run_until_idle
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.plannable import MAX_CLUSTER_PODS
 from omegitops.manifests.repository import read_repository
 from omegitops.manifests.yamlfile import MAX_FILE_BYTES
-from omegitops.reconcile import Pruning, run_pass
-from omegitops.untilidle import run_until_idle
 from tests.conftest import RUNTIME, SERVICE, write_repo
 from tests.fleet import write_service
 

@@ -249,7 +249,7 @@ def test_a_gang_torn_down_in_the_middle_of_a_surge_builds_nothing(tmp_path, cli)
     with its namespace: the teardown ends the update where it stands and deletes every
     Instance. It used to carry the surge on, and failed every pass to build the
     replacement's pods from templates no longer stored (KeyError: 'leader')."""
-    from omegitops.lifecycle.replica import decode_rows
+    from omegitops.model.replica import decode_rows
 
     repo, cluster = setup(tmp_path, cli)
     runtime = repo / "runtimes" / "srt-deepseek-rdma.yaml"

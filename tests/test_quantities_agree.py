@@ -1,6 +1,6 @@
 """omegitops' quantity parser gives the official client's answers.
 
-``omegitops/quantities.py`` parses quantities itself because the
+``omegitops/util/quantities.py`` parses quantities itself because the
 planner, ``validate``, ``plan`` and ``sim:`` run without the ``kubernetes``
 extra; ``kubernetes.utils.parse_quantity`` is the reference it is held to."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omegitops.quantities import parse_milli
+from omegitops.util.quantities import parse_milli
 
 kubernetes_utils = pytest.importorskip("kubernetes.utils")
 

@@ -14,12 +14,12 @@ import re
 
 import pytest
 
-from omegitops.lifecycle.instance import PodSpecInput, instance_pods
-from omegitops.lifecycle.operator import parse_operator_values
-from omegitops.lifecycle.patchkeys import merge_key, table
-from omegitops.lifecycle.resolve import resolve_component
-from omegitops.lifecycle.templates import ome_pod_metadata, render_templates, revision_name
 from omegitops.manifests.load import load
+from omegitops.render.instance import PodSpecInput, instance_pods
+from omegitops.render.operator import parse_operator_values
+from omegitops.render.patchkeys import merge_key, table
+from omegitops.render.resolve import resolve_component
+from omegitops.render.templates import ome_pod_metadata, render_templates, revision_name
 from tests.conftest import SHARED_OME
 
 RUNTIME = {

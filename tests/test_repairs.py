@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle import pods as P
+from omegitops.render import pods as P
 from tests.fleet import strategy, write_service
 from tests.scenario import Scenario, converged
 
@@ -339,8 +339,8 @@ def test_a_gang_restarting_mid_rollout_stays_on_one_revision(tmp_path):
 
 def test_crashing_instances_back_off_between_attempts():
     from omegitops.lifecycle.retries import record_failure
-    from omegitops.lifecycle.state import Phase, Row
     from omegitops.lifecycle.work import Work
+    from omegitops.model.state import Phase, Row
 
     class Lifecycle:
         def value(self, name, default=None):

@@ -10,20 +10,20 @@ from pathlib import Path
 
 import pytest
 
+from omegitops.app.passes import MANAGED
 from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle.replica import COLUMNAR, decode_rows
 from omegitops.manifests.load import load
 from omegitops.manifests.schemas import validator
-from omegitops.reconcile import MANAGED
-from omegitops.report import (
+from omegitops.model.replica import COLUMNAR, decode_rows
+from omegitops.report.status import (
     build_report,
     render_markdown,
     report_events,
     validate_report,
     write_report,
 )
-from omegitops.times import format_time
+from omegitops.util.times import format_time
 from tests.conftest import EXAMPLES, RUNTIME, SERVICE, write_repo
 
 # The llama-pd router may stay Pending in the simulator (no CPU node); no test

@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
-from omegitops.lifecycle.operator import parse_operator_values
-from omegitops.lifecycle.resolve import components_of, resolve_component
+from omegitops.render.operator import parse_operator_values
+from omegitops.render.resolve import components_of, resolve_component
 
 CHART = parse_operator_values(
     {

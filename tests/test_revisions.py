@@ -10,20 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from omegitops.app.passes import observe
 from omegitops.cluster.sim import SimCluster
-from omegitops.copying import Packed
-from omegitops.lifecycle.instance import PodSpecInput, instance_pods
-from omegitops.lifecycle.operator import parse_operator_values
-from omegitops.lifecycle.replica import COLUMNAR, decode_rows, encode_rows
-from omegitops.lifecycle.resolve import resolve_component
-from omegitops.lifecycle.revisions import (
+from omegitops.model.replica import COLUMNAR, decode_rows, encode_rows
+from omegitops.render.instance import PodSpecInput, instance_pods
+from omegitops.render.operator import parse_operator_values
+from omegitops.render.resolve import resolve_component
+from omegitops.render.revisions import (
     pack_revision,
     revision_data,
     stored_runtime_config,
     stored_templates,
 )
-from omegitops.lifecycle.templates import render_templates, revision_name
-from omegitops.reconcile import observe
+from omegitops.render.templates import render_templates, revision_name
+from omegitops.util.copying import Packed
 from tests.fleet import strategy, write_service
 from tests.scenario import Scenario, converged
 from tests.test_instances import small_repo
@@ -420,7 +420,7 @@ def test_an_in_place_update_cut_before_its_patch_is_stored_first_and_never_finis
     is not finished on a revision its pod never ran; it stays on what the pod runs, and
     moves again. (Without the deletion, the stored revision lets the next pass patch the
     pod; nightly seed 430, in test_fault_campaigns, is the case where it was not stored.)"""
-    from omegitops.lifecycle import pods as P
+    from omegitops.render import pods as P
 
     life = strategy("InPlaceIfPossible")
     repo = write_service(tmp_path / "repo", replicas=1, lifecycle=life)

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from omegitops.lifecycle.instance import PodSpecInput, instance_pods
-from omegitops.lifecycle.resolve import ComponentLifecycle, Resolved
 from omegitops.lifecycle.rollout import Move, decide_rollout, plan_rollout
-from omegitops.lifecycle.state import Mode, OperationType, Phase, Row, Step
-from omegitops.lifecycle.templates import DEFAULT, SERVING_GATE
-from omegitops.lifecycle.work import DesiredComponent, ObservedComponent, Work
-from omegitops.times import format_time
+from omegitops.lifecycle.work import Work
+from omegitops.model.state import Mode, OperationType, Phase, Row, Step
+from omegitops.render.component import DesiredComponent, ObservedComponent
+from omegitops.render.instance import PodSpecInput, instance_pods
+from omegitops.render.resolve import ComponentLifecycle, Resolved
+from omegitops.render.templates import DEFAULT, SERVING_GATE
+from omegitops.util.times import format_time
 
 NOW = 1_000_000.0
 OLD, NEW = "svc-engine-old", "svc-engine-new"

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from omegitops.app.shards import MAX_SHARDS, Shard, bucket
 from omegitops.cli import main
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
-from omegitops.errors import UsageError
-from omegitops.report import content_key, merge_reports
-from omegitops.shards import MAX_SHARDS, Shard, bucket
+from omegitops.report.status import content_key, merge_reports
+from omegitops.util.errors import UsageError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 NAMESPACES = ("deepseek-r1", "llama-demo", "qwen3-0-6b")

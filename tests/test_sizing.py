@@ -5,11 +5,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from omegitops.capacity.sizing import NodePool, selected_labels, size_for
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
-from omegitops.cluster.sim.sizing import NodePool, selected_labels, size_for
-from omegitops.fleetsize import peak_instances, peak_pods, sized_pools
 from omegitops.manifests.load import load, resolved_components
+from omegitops.preview.fleetsize import peak_instances, peak_pods, sized_pools
 from tests.fleet import TOLERATIONS, strategy, write_service
 
 
@@ -70,7 +70,7 @@ def test_peak_counts_the_surge_a_budget_allows(tmp_path):
 
 
 def _forecast(items, pools):
-    from omegitops.forecast import forecast
+    from omegitops.preview.forecast import forecast
 
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "c.json"

@@ -107,7 +107,7 @@ def test_a_quota_that_refuses_the_surge_pod_is_named_and_fails_the_attempt_at_it
     with SimCluster(tmp_path / "cluster.json") as cluster:
         (replica,) = cluster.list_objects("InferenceReplica")
         events = [e for e in cluster.list_objects("Event") if e["reason"] == "FailedCreate"]
-    from omegitops.lifecycle.replica import decode_rows
+    from omegitops.model.replica import decode_rows
 
     (row,) = decode_rows(replica["status"]["instances"])
     assert row["operation"]["waiting"].startswith("FailedCreate: ") and \

@@ -12,13 +12,13 @@ from datetime import datetime
 
 import pytest
 
+from omegitops.app.passes import MANAGED
+from omegitops.app.untilidle import BUDGET_SPENT, IDLE, run_until_idle
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.replica import decode_rows
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import MANAGED
-from omegitops.untilidle import BUDGET_SPENT, IDLE, run_until_idle
+from omegitops.model.replica import decode_rows
+from omegitops.render import pods as P
 from tests.conftest import EXAMPLES
 from tests.fleet import write_service
 
@@ -90,7 +90,7 @@ def test_an_interrupted_run_keeps_its_passes_writes_the_report_and_says_so(
     import os
     import signal
 
-    from omegitops import untilidle
+    from omegitops.app import untilidle
 
     real, calls = untilidle.run_pass, []
 
@@ -123,7 +123,7 @@ def test_sigterm_while_a_component_is_planned_stops_the_run(tmp_path, cli, monke
     import os
     import signal
 
-    from omegitops import reconcile
+    from omegitops.app import passes as reconcile
 
     real, calls = reconcile.plan_item, []
 
@@ -151,7 +151,9 @@ def test_a_second_ctrl_c_while_stopping_is_ignored_and_the_report_agrees(tmp_pat
     import os
     import signal
 
-    from omegitops import reconcile, report, untilidle
+    from omegitops.app import passes as reconcile
+    from omegitops.app import untilidle
+    from omegitops.report import status as report
 
     real_pass, real_write, calls = reconcile.run_pass, report.write_report, []
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from omegitops.lifecycle.budgets import scaled_value
+from omegitops.model.budgets import scaled_value
 from tests.fleet import write_service
 from tests.scenario import Scenario
 

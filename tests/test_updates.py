@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from omegitops.lifecycle import pods as P
+from omegitops.render import pods as P
 from tests.fleet import strategy
 from tests.scenario import converged
 
@@ -517,9 +517,9 @@ def test_unschedulable_surge_fails_after_the_grace_and_leaves_an_extra(tmp_path)
 def test_a_replacement_that_never_served_goes_with_the_abandon_grace(tmp_path):
     """update-strategies.txt: a pod that never served is deleted with
     abandonedReplacementGracePeriod instead of its own terminationGracePeriodSeconds."""
+    from omegitops.app.passes import plan_all
     from omegitops.cluster.sim import SimCluster
-    from omegitops.lifecycle.actions import DeletePod
-    from omegitops.reconcile import plan_all
+    from omegitops.model.actions import DeletePod
 
     values = {"lifecycle": {"abandonedReplacementGracePeriod": "30s"}}
     scenario, change = make(tmp_path, replicas=1, grace=300, values=values)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from omegitops.lifecycle.templates import OME_LABELS
+from omegitops.render.templates import OME_LABELS
 from tests.conftest import RUNTIME, SERVICE, write_repo
 
 
@@ -275,7 +275,7 @@ def test_validate_checks_the_longest_names_reconcile_makes(tmp_path):
     objects with: every name a gang rollout writes (a replacement at a new index, the
     PodGroups, both Services, the revisions) is at most as long as its checked twin."""
     from omegitops.cluster.sim import SimCluster
-    from omegitops.lifecycle.names import derived_names
+    from omegitops.render.names import derived_names
     from tests.fleet import strategy, write_service
     from tests.scenario import Scenario
 

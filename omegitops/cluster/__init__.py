@@ -5,14 +5,14 @@
 context, or the current one) or the in-cluster service account;
 ``OMEGITOPS_KUBE_API=http://HOST:PORT`` points ``kube`` at a plain-HTTP API
 server instead (the wire tests' double, ``kubectl proxy``). ``shard``
-(``omegitops.shards.Shard``) scopes the lists to its namespaces and, on ``kube``,
+(``omegitops.app.shards.Shard``) scopes the lists to its namespaces and, on ``kube``,
 takes that shard's own Lease.
 """
 
 from __future__ import annotations
 
 from omegitops.cluster.base import Cluster
-from omegitops.errors import InputError, UsageError
+from omegitops.util.errors import InputError, UsageError
 
 DEFAULT_CLUSTER = "sim:.omegitops/cluster.json"
 
@@ -45,7 +45,7 @@ def open_cluster(spec: str = DEFAULT_CLUSTER, exclusive: bool = True,
                              "`omegitops sim init` makes one)")
         return _scoped(SimCluster(path), shard)
     if spec == "kube" or spec.startswith("kube:"):
-        from omegitops.extras import require
+        from omegitops.util.extras import require
 
         require("kubernetes", "--cluster kube")
         from omegitops.cluster.kube import KubeCluster
@@ -59,7 +59,7 @@ def open_cluster(spec: str = DEFAULT_CLUSTER, exclusive: bool = True,
 
 def _scoped(cluster: Cluster, shard) -> Cluster:
     """``--shard``: the cluster lists only the shard's namespaces
-    (``omegitops.shards``)."""
+    (``omegitops.app.shards``)."""
     if shard is not None:
         cluster.namespace_scope = shard.owns
     return cluster

@@ -149,7 +149,7 @@ class Cluster(abc.ABC):
     #
     # A backend that can watch (a real cluster) keeps a run's lists current
     # between passes, so that a pass costs what changed rather than what exists
-    # (omegitops.incremental). The simulator does not need to: its lists are
+    # (omegitops.app.incremental). The simulator does not need to: its lists are
     # reads of its own memory, and its clock jumps to each change.
 
     def watch(self, kind: str, labels: dict[str, str] | None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from omegitops.errors import ClusterError
+from omegitops.util.errors import ClusterError
 
 
 def object_id(kind: str, namespace: str | None, name: str) -> str:

@@ -30,7 +30,7 @@ from omegitops.cluster.errors import AlreadyExists, Conflict, LeaseLost, LockHel
 from omegitops.cluster.kube.events import micro_time
 from omegitops.cluster.kube.resources import LEASE, RESOURCES
 from omegitops.cluster.kube.rest import Rest
-from omegitops.errors import ClusterError
+from omegitops.util.errors import ClusterError
 
 log = logging.getLogger(__name__)
 

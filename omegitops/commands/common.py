@@ -57,11 +57,6 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def print_errors(errors: Iterable[Any]) -> None:
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
-
-
 # Ten years: a longer time budget, or a forecast window, is a typo (and past year 9999
 # the clock's arithmetic overflows).
 MAX_SECONDS = 10 * 365 * 86400

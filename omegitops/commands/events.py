@@ -12,7 +12,7 @@ from datetime import datetime
 
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.commands.common import print_json, table
-from omegitops.views import age, managed_events
+from omegitops.report.views import age, managed_events
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

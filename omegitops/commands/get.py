@@ -16,8 +16,8 @@ from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.commands.common import print_json, print_yaml, table
 from omegitops.commands.instance import NotFoundError
-from omegitops.lifecycle.templates import MANAGED
-from omegitops.views import age, replica_view
+from omegitops.render.templates import MANAGED
+from omegitops.report.views import age, replica_view
 
 RESOURCE = "inferencereplica.ome.io"
 

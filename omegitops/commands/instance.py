@@ -16,23 +16,23 @@ from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.commands.common import print_json, table
 from omegitops.commands.events import events_table
-from omegitops.errors import OmegitopsError
-from omegitops.lifecycle.pods import ordinal_of, pod_row, runner_of
-from omegitops.lifecycle.replica import replica_name
-from omegitops.lifecycle.templates import (
+from omegitops.model.replica import replica_name
+from omegitops.render.pods import ordinal_of, pod_row, runner_of
+from omegitops.render.templates import (
     LABEL_COMPONENT,
     LABEL_INDEX,
     LABEL_ISVC,
     MANAGED_BY,
     MANAGER,
 )
-from omegitops.views import (
+from omegitops.report.views import (
     WARNING,
     about_instance,
     about_service,
     instance_rows,
     managed_events,
 )
+from omegitops.util.errors import OmegitopsError
 
 COMPONENTS = ("engine", "decoder", "router")
 # The pod that serves for its Instance: a gang serves only through its leader.

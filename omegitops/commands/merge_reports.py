@@ -14,11 +14,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from omegitops.errors import InputError, UsageError
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
 from omegitops.gitops.branch import check_report_branch, publish_report
 from omegitops.gitops.repo import report_path
-from omegitops.report import JSON_FILE, merge_reports, write_built_report
+from omegitops.report.status import JSON_FILE, merge_reports, write_built_report
+from omegitops.util.errors import InputError, UsageError
 
 DEFAULT_REPORT_DIR = "status"
 

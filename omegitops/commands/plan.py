@@ -24,35 +24,27 @@ import sys
 import tempfile
 from pathlib import Path
 
-from omegitops.basestate import seed
-from omegitops.cadence import SHIPPED_JOB_SECONDS, SHIPPED_SCHEDULE, Cadence, cadence
+from omegitops.app.untilidle import IDLE, run_until_idle
 from omegitops.cluster import open_cluster, sim_path
-from omegitops.cluster.base import Cluster
 from omegitops.cluster.sim import SimCluster
 from omegitops.commands.common import (
     add_repo_args,
     cache_dir,
     output_file,
-    print_errors,
     print_json,
     seconds,
 )
 from omegitops.commands.reconcile import DEFAULT_REPORT_DIR
-from omegitops.errors import UsageError
-from omegitops.fleetsize import sized_pools
-from omegitops.forecast import DEFAULT_BUDGET_SECONDS, assumptions, forecast
-from omegitops.gitops.base import Base, RevisionHistory, base_manifests, starting_notes
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
-from omegitops.planview import PlannedComponent, Removal, plan_document, render_markdown
-from omegitops.reconcile import (
-    component_key,
-    observe,
-    plan_item,
-    planning_error,
-    unaccounted_replicas,
-)
-from omegitops.times import format_time
-from omegitops.untilidle import IDLE, run_until_idle
+from omegitops.preview.base import Base, RevisionHistory, base_manifests, starting_notes
+from omegitops.preview.basestate import seed
+from omegitops.preview.cadence import SHIPPED_JOB_SECONDS, SHIPPED_SCHEDULE, Cadence, cadence
+from omegitops.preview.fleetsize import sized_pools
+from omegitops.preview.forecast import DEFAULT_BUDGET_SECONDS, assumptions, forecast
+from omegitops.preview.planning import Planned, plan_components
+from omegitops.preview.planview import plan_document, render_markdown
+from omegitops.util.errors import UsageError, print_errors
+from omegitops.util.times import format_time
 
 NO_CLUSTER = "none"
 MIN_CHARS = 4000
@@ -221,7 +213,7 @@ def _plan_from_base(args: argparse.Namespace, items: list[ServiceComponent], scr
 def _seed_from_report(args: argparse.Namespace, base: Base,
                       base_items: list[ServiceComponent], sim: SimCluster,
                       scratch: Path) -> list[str]:
-    """The report's Instances put back on the replayed base (``omegitops/basestate.py``);
+    """The report's Instances put back on the replayed base (``omegitops/preview/basestate.py``);
     the notes that say what was put back and what could not be."""
     history = RevisionHistory(Path(args.repo), base.state_commit, scratch, args.operator_values,
                               cache_dir=cache_dir(args))
@@ -240,29 +232,3 @@ def _forecast(sim: SimCluster, items: list[ServiceComponent], budget: float,
     outlook = forecast(sim, items, budget, cadence_of)
     outlook["assumptions"] = assumptions(outlook, sim.pull_seconds)
     return outlook
-
-
-# What a plan is made of: each component of the repository, planned; and the ones the
-# cluster runs that the repository no longer has.
-Planned = tuple[list[PlannedComponent], list[Removal]]
-
-
-def plan_components(cluster: Cluster, items: list[ServiceComponent]) -> Planned:
-    """Observe once and plan every component, keeping what the plan was made from
-    (the desired templates and observed revisions the revision diff needs); no writes.
-    A component whose plan raises carries the error instead, and the others go on.
-    Second: the components the cluster runs that the repository no longer has."""
-    now = cluster.now()
-    seen = observe(cluster)
-    wanted = {component_key(item) for item in items if item.lifecycle.managed}
-    removed = [Removal.of(replica) for _, replica, _ in unaccounted_replicas(seen, wanted)]
-    planned: list[PlannedComponent] = []
-    for item in items:
-        if not item.lifecycle.managed:
-            planned.append(PlannedComponent(item))
-            continue
-        try:
-            planned.append(PlannedComponent(item, *plan_item(seen, item, now)))
-        except Exception as err:  # noqa: BLE001 - one component's failure stays its own
-            planned.append(PlannedComponent(item, error=planning_error(item, err)))
-    return planned, removed

@@ -8,24 +8,20 @@ import logging
 import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
+from omegitops.app.run import RunOutcome, pruning, run_passes, signal_handlers_restored
+from omegitops.app.shards import Shard
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
-from omegitops.cluster.base import INFERENCE_REPLICA
-from omegitops.cluster.errors import LeaseLost, LockHeld
-from omegitops.commands.common import add_repo_args, cache_dir, print_errors, seconds
+from omegitops.cluster.errors import LockHeld
+from omegitops.commands.common import add_repo_args, cache_dir, seconds
 from omegitops.commands.get import replica_table
-from omegitops.errors import InputError, UsageError
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
 from omegitops.gitops.branch import check_report_branch, publish_report
 from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
-from omegitops.manifests.repository import INFERENCE_SERVICE
-from omegitops.reconcile import MANAGED, Pruning, component_key, run_pass
-from omegitops.shards import Shard
-from omegitops.untilidle import IDLE, PASS_LIMIT, run_until_idle
-from omegitops.views import replica_view
+from omegitops.report.views import replica_view
+from omegitops.util.errors import InputError, UsageError, print_errors
 
 log = logging.getLogger("omegitops")
 # Where --commit puts the report when --report-dir is not given (relative to the repository).
@@ -131,7 +127,7 @@ def _check_report_dir(report_dir, root: Path | None) -> None:
     never by the clone's temporary path."""
     if not report_dir:
         return
-    from omegitops.report import report_dir_problem
+    from omegitops.report.status import report_dir_problem
 
     problem = report_dir_problem(report_dir, root)
     if problem is None:
@@ -149,7 +145,7 @@ def _size_a_new_simulated_cluster(spec: str, fleet) -> None:
         return
     from omegitops.cluster import sim_path
     from omegitops.cluster.sim import SimCluster
-    from omegitops.fleetsize import sized_pools
+    from omegitops.preview.fleetsize import sized_pools
 
     path = Path(sim_path(spec))
     if path.exists():
@@ -165,201 +161,35 @@ def _size_a_new_simulated_cluster(spec: str, fleet) -> None:
 def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: str,
                revision: str | None = None, shard: Shard | None = None) -> int:
     """The run's passes, report and table; the signal handlers as they were, after."""
-    main = threading.current_thread() is threading.main_thread()
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main \
-        else {}
-    try:
-        return _run_passes(args, loaded, items, report_dir, repository, revision, shard)
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-
-
-def _run_passes(args: argparse.Namespace, loaded, items, report_dir, repository: str,
-                revision: str | None = None, shard: Shard | None = None) -> int:
-    prune, refused = _pruning(args, loaded)
-    failed = refused
-    with open_cluster(args.cluster, shard=shard) as cluster:
-        passes = 0
-        outage = False  # the last pass met only transient faults
-
-        warned: set[str] = set()
-        invalid = _present_but_invalid(loaded)
-        # Components the repository has in another mode (RawDeployment, say).
-        other_modes = {component_key(item): item.lifecycle.mode.value for item in items
-                       if not item.lifecycle.managed}
-
-        last = None
-
-        def progress(result) -> None:
-            nonlocal failed, passes, outage, last
-            passes += 1
-            last = result
-            if result.passing_faults_only:
-                # The cluster's passing fault (an API server restarting, a timeout): the
-                # next pass carries on, and the run fails only if it ends in one.
-                for error in result.errors:
-                    log.warning("%s; the next pass tries again", error)
-            else:
-                print_errors(result.errors)
-                failed |= bool(result.errors)
-            outage = bool(result.errors) and result.passing_faults_only
-            if result.carried and not result.plans:
-                return  # a pass on watches with nothing to plan: not worth a line
-            busy = [plan.component for _, plan in result.all_plans if plan.busy]
-            planned = f", {len(result.plans)} planned" if result.carried else ""
-            log.info("pass %d at %s: %d writes, %d of %d components busy%s", passes,
-                     result.now.strftime("%Y-%m-%dT%H:%M:%SZ"), result.applied, len(busy),
-                     len(result.all_plans), planned)
-            for orphan, owner in result.orphans:
-                if orphan in warned:
-                    continue  # once per run, not once per pass
-                warned.add(orphan)
-                if owner[:2] in invalid:
-                    log.warning("InferenceReplica %s: the manifest of InferenceService %s/%s "
-                                "is invalid, kept (an invalid manifest never tears anything "
-                                "down)", orphan, *owner[:2])
-                elif owner in other_modes:
-                    log.warning("InferenceReplica %s: InferenceService %s/%s %s is %s in the "
-                                "repository now, which omegitops does not manage; its "
-                                "OMENative Instances keep serving until --prune tears them "
-                                "down", orphan, *owner, other_modes[owner])
-                else:
-                    log.warning("InferenceReplica %s: its component is no longer in the "
-                                "repository; --prune tears it down", orphan)
-
-        lost = interrupted = None
-        try:
-            with _terminate_as_interrupt():
-                if args.until_idle:
-                    try:
-                        stop = run_until_idle(cluster, items, args.max_seconds, progress,
-                                              prune)
-                    except LeaseLost as err:
-                        # Another run holds the cluster now: write nothing more, but
-                        # report what the passes done so far left (reads need no Lease).
-                        lost, stop = err, IDLE
-                    if stop == PASS_LIMIT:
-                        # Something moved on every pass without the work ever ending:
-                        # never a success, whatever the passes' own errors said.
-                        print(f"error: --until-idle stopped: {stop}; the components that "
-                              "stayed busy are in the table below", file=sys.stderr)
-                        failed = True
-                    elif stop != IDLE:
-                        log.warning("stopping: %s", stop)
-                else:
-                    progress(run_pass(cluster, items, prune))
-        except (KeyboardInterrupt, Interrupted) as stop_signal:
-            # What the passes applied stays applied (and, on sim:, saved: the cluster is
-            # left normally); a pass cut here is one the next run carries on from.
-            interrupted = getattr(stop_signal, "signum", signal.SIGINT)
-            # Stopping is under way: a second Ctrl-C (or SIGTERM) must not cut the save
-            # and the report short, or the two would disagree.
-            _ignore_further_signals()
-        # What the passes applied is kept whatever fails after them (the report, say): a
-        # simulated cluster saves it now, as a real one holds it already.
-        save = getattr(cluster, "save", None)
-        if save is not None:
-            save()
-        # The InferenceReplicas as the last pass left them serve the table and the
-        # report; one LIST when that pass did not know them all (it watched, or a write
-        # failed, or the run was cut in the middle of one).
-        if last is not None and last.replicas is not None and interrupted is None \
-                and lost is None:
-            listed = [last.replicas[key] for key in sorted(last.replicas)]
-        else:
-            listed = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
-        replicas = [replica_view(r) for r in listed]
-        now = cluster.now()
+    prune, refused = pruning(args.prune, loaded)
+    with signal_handlers_restored(), open_cluster(args.cluster, shard=shard) as cluster:
+        outcome = run_passes(cluster, items, loaded, until_idle=args.until_idle,
+                             max_seconds=args.max_seconds, prune=prune, refused=refused)
         if report_dir:
-            from omegitops.report import write_report
+            from omegitops.report.status import write_report
 
             write_report(report_dir, loaded, cluster, repository=repository,
-                         revision=revision, replicas=listed)
-    print(replica_table(replicas, now, namespaces=True))
-    if interrupted is not None:
-        name = signal.Signals(interrupted).name
-        print(f"omegitops: interrupted by {name} after {_passes(passes)}; what they applied is "
-              "kept" + (" and the report written" if report_dir else ""), file=sys.stderr)
-        return 128 + interrupted
-    if lost is not None:
-        print(f"omegitops: error: {lost}; stopped after {_passes(passes)}", file=sys.stderr)
+                         revision=revision, replicas=outcome.replicas)
+    replicas = [replica_view(r) for r in outcome.replicas]
+    print(replica_table(replicas, outcome.now, namespaces=True))
+    return _exit_code(outcome, loaded, bool(report_dir))
+
+
+def _exit_code(outcome: RunOutcome, loaded, reported: bool) -> int:
+    """Say how the run ended; 128 + the signal that stopped it, 1 for any error."""
+    if outcome.interrupted is not None:
+        name = signal.Signals(outcome.interrupted).name
+        print(f"omegitops: interrupted by {name} after {outcome.passes_text}; what they "
+              "applied is kept" + (" and the report written" if reported else ""),
+              file=sys.stderr)
+        return 128 + outcome.interrupted
+    failed = outcome.failed
+    if outcome.lost is not None:
+        print(f"omegitops: error: {outcome.lost}; stopped after {outcome.passes_text}",
+              file=sys.stderr)
         failed = True
-    if outage:
+    if outcome.outage:
         print("omegitops: error: the last pass met the cluster's faults (above); the next run "
               "carries on from where it stood", file=sys.stderr)
         failed = True
     return 1 if failed or not loaded.result.ok else 0
-
-
-def _passes(count: int) -> str:
-    return f"{count} pass" if count == 1 else f"{count} passes"
-
-
-def _present_but_invalid(loaded) -> set[tuple[str, str]]:
-    """Services whose manifest is in the repository but invalid this run."""
-    valid = {m.id for m in loaded.result.catalog.services}
-    return {(m.id.namespace, m.id.name) for m in loaded.repo.manifests
-            if m.id.kind == INFERENCE_SERVICE and m.id not in valid}
-
-
-def _ignore_further_signals() -> None:
-    """Ignore SIGINT and SIGTERM from now on (for the rest of the run, which is stopping)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-
-
-class Interrupted(BaseException):
-    """SIGTERM (a pod's termination, a CI job's cancellation), handled like Ctrl-C: a
-    BaseException as KeyboardInterrupt is, so that no error boundary of one component
-    (``except Exception``) takes it for that component's failure and goes on."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """While the passes run, SIGTERM raises ``Interrupted`` as SIGINT raises
-    KeyboardInterrupt, so both stop the run the same way: keep what was applied,
-    write the report, exit 128 + the signal's number."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, _frame):
-        raise Interrupted(signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _pruning(args: argparse.Namespace, loaded) -> tuple[Pruning | None, bool]:
-    """(what --prune may tear down, whether pruning was refused).
-
-    As Argo CD refuses to prune to an empty application, a repository that
-    yields no services, or that has a file that failed to load (whatever it
-    defined is unknown), prunes nothing: a broken checkout must not tear the
-    fleet down. Services whose manifest is present but invalid are kept.
-    """
-    if not args.prune:
-        return None, False
-    if not loaded.result.catalog.services:
-        log.error("refusing to prune: the repository yields no services")
-        return None, True
-    unreadable = sorted({e.path for e in loaded.repo.errors})
-    if unreadable:
-        log.error("refusing to prune: %s could not be read", ", ".join(unreadable))
-        return None, True
-    valid = {m.id for m in loaded.result.catalog.services}
-    keep = frozenset((m.id.namespace, m.id.name) for m in loaded.repo.manifests
-                     if m.id.kind == INFERENCE_SERVICE and m.id not in valid)
-    return Pruning(keep=keep), False
-
-

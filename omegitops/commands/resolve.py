@@ -9,13 +9,13 @@ from typing import Any
 from omegitops.commands.common import (
     add_repo_args,
     cache_dir,
-    print_errors,
     print_json,
     print_yaml,
     table,
 )
-from omegitops.lifecycle.resolve import DEFAULT
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
+from omegitops.render.resolve import DEFAULT
+from omegitops.util.errors import print_errors
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 from omegitops.cluster import DEFAULT_CLUSTER, sim_path
 from omegitops.cluster.sim import FaultKind, SimCluster
 from omegitops.commands.common import print_json, seconds, table
-from omegitops.errors import ClusterError, UsageError
-from omegitops.times import format_time, parse_time
+from omegitops.util.errors import ClusterError, UsageError
+from omegitops.util.times import format_time, parse_time
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from omegitops.commands.common import add_repo_args, cache_dir, print_json, table
-from omegitops.lifecycle.resolve import OMENATIVE, components_of, resolve_mode
 from omegitops.manifests.load import Loaded, load
 from omegitops.manifests.repository import INFERENCE_SERVICE
+from omegitops.render.resolve import OMENATIVE, components_of, resolve_mode
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

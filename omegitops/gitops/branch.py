@@ -35,7 +35,7 @@ from omegitops.gitops.push import (
     remote_target,
 )
 from omegitops.gitops.repo import Checkout
-from omegitops.report import JSON_FILE, content_key
+from omegitops.report.status import JSON_FILE, content_key
 
 log = logging.getLogger("omegitops")
 
@@ -200,7 +200,7 @@ def report_target(checkout: Checkout, branch: str) -> Target:
 def check_report_branch(checkout: Checkout, branch: str) -> str:
     """``branch``, unless it is the one the manifests are read from (a usage error,
     raised before anything is reconciled)."""
-    from omegitops.errors import UsageError
+    from omegitops.util.errors import UsageError
 
     git = checkout.git
     current = checkout.branch
@@ -223,7 +223,7 @@ def publish_report(checkout: Checkout, folder: PurePosixPath, written: Path, aut
     report branch ``branch``."""
     from omegitops.gitops.commit import commit_report
     from omegitops.gitops.push import push_report
-    from omegitops.report import MARKDOWN_FILE
+    from omegitops.report.status import MARKDOWN_FILE
 
     git = checkout.git
     assert git is not None, "committing the report needs a git checkout"

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from omegitops.errors import UsageError
 from omegitops.gitops.gitcmd import Git, GitError
-from omegitops.lifecycle.replica import replica_name
-from omegitops.report import JSON_FILE, MARKDOWN_FILE, content_key
+from omegitops.model.replica import replica_name
+from omegitops.report.status import JSON_FILE, MARKDOWN_FILE, content_key
+from omegitops.util.errors import UsageError
 
 log = logging.getLogger("omegitops")
 

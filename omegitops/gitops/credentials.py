@@ -111,7 +111,7 @@ def split_url(url: str) -> tuple[str, str | None, str | None]:
 def resolve(url: str, environ: Mapping[str, str] | None = None) -> tuple[str, Credentials | None]:
     """The URL to give git and the credentials to hand it (URL first, then the environment)."""
     if ambiguous_userinfo(url):
-        from omegitops.errors import InputError
+        from omegitops.util.errors import InputError
 
         raise InputError(
             f"the repository URL {redact(url)} has an '@' after a '/' of its host part: a "
@@ -120,7 +120,7 @@ def resolve(url: str, environ: Mapping[str, str] | None = None) -> tuple[str, Cr
     try:
         clean, username, password = split_url(url)
     except ValueError as err:
-        from omegitops.errors import InputError
+        from omegitops.util.errors import InputError
 
         raise InputError(f"the repository URL {redact(url)} is not a valid URL ({err}); "
                          "nothing was cloned") from None
@@ -145,7 +145,7 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Credentials | 
         path = Path(token_file)
         token = _read_secret(path, "GIT_TOKEN_FILE")
         if not token:
-            from omegitops.errors import InputError
+            from omegitops.util.errors import InputError
 
             # A mounted Secret whose key is empty: named, not taken for "no credentials".
             raise InputError(f"GIT_TOKEN_FILE {token_file} is empty; nothing was cloned")
@@ -158,7 +158,7 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Credentials | 
 
 
 def _read_secret(path: Path, what: str) -> str:
-    from omegitops.errors import InputError
+    from omegitops.util.errors import InputError
 
     try:
         return path.read_text(encoding="utf-8").strip()

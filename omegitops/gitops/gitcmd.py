@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from omegitops.errors import OmegitopsError
-from omegitops.extras import require
 from omegitops.gitops.credentials import scrub
+from omegitops.util.errors import OmegitopsError
+from omegitops.util.extras import require
 
 # clone, fetch and push give up after this long rather than outlive the job.
 NETWORK_SECONDS = 300.0

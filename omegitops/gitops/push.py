@@ -28,7 +28,7 @@ from omegitops.gitops.commit import (
 from omegitops.gitops.credentials import redact
 from omegitops.gitops.gitcmd import Git, GitError, one_line
 from omegitops.gitops.repo import Checkout
-from omegitops.report import JSON_FILE
+from omegitops.report.status import JSON_FILE
 
 log = logging.getLogger("omegitops")
 

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from omegitops.errors import InputError, UsageError
-from omegitops.extras import require
 from omegitops.gitops.credentials import git_environment, redact, resolve
 from omegitops.gitops.gitcmd import Git, clone
+from omegitops.util.errors import InputError, UsageError
+from omegitops.util.extras import require
 
 # Anything with a scheme (https://, ssh://, file://, git://), or scp-like user@host:path.
 URL = re.compile(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://|[\w.-]+@[\w.-]+:)")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.instance import InstancePods
-from omegitops.lifecycle.state import Json, Mode, OperationType, Phase, Row
 from omegitops.lifecycle.work import Work
+from omegitops.model.state import Json, Mode, OperationType, Phase, Row
+from omegitops.render import pods as P
+from omegitops.render.instance import InstancePods
 
 
 def counts_toward_desired(work: Work, row: Row) -> bool:

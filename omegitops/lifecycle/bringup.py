@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.failures import check_instance, ended_failure, wait_gone
 from omegitops.lifecycle.missing import REVISION_MISSING
 from omegitops.lifecycle.retries import record_failure
-from omegitops.lifecycle.state import Json, Mode, Operation, OperationType, Phase, Row, Step
 from omegitops.lifecycle.work import Work
-from omegitops.times import parse_time
+from omegitops.model.state import Json, Mode, Operation, OperationType, Phase, Row, Step
+from omegitops.render import pods as P
+from omegitops.util.times import parse_time
 
 
 def new_row(index: int, incarnation: int, revision: str, phase: Phase,

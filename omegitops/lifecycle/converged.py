@@ -24,8 +24,8 @@ import hashlib
 import json
 from typing import Any
 
-from omegitops.lifecycle.state import Json
-from omegitops.lifecycle.work import DesiredComponent, ObservedComponent
+from omegitops.model.state import Json
+from omegitops.render.component import DesiredComponent, ObservedComponent
 
 CONVERGED_ANNOTATION = "omegitops.io/converged"
 

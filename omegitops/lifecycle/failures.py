@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.instance import InstancePods
-from omegitops.lifecycle.state import Json, Operation, Row
-from omegitops.lifecycle.templates import MAIN_CONTAINER
 from omegitops.lifecycle.work import Work
-from omegitops.times import format_time, parse_time
+from omegitops.model.state import Json, Operation, Row
+from omegitops.render import pods as P
+from omegitops.render.instance import InstancePods
+from omegitops.render.templates import MAIN_CONTAINER
+from omegitops.util.times import format_time, parse_time
 
 STUCK_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from omegitops.lifecycle.state import Row
 from omegitops.lifecycle.work import Work
+from omegitops.model.state import Row
 
 REVISION_MISSING = "RevisionMissing"
 

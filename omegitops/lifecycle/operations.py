@@ -8,7 +8,6 @@ Each step function moves one Instance by at most one step per pass:
 
 from __future__ import annotations
 
-from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.bringup import (
     clear_leftovers,
     enter_rotation_when_ready,
@@ -16,9 +15,10 @@ from omegitops.lifecycle.bringup import (
     new_row,
     ready_to_build,
 )
-from omegitops.lifecycle.state import OperationType, Outcome, Phase, Row, Step
 from omegitops.lifecycle.work import Work
-from omegitops.times import parse_time
+from omegitops.model.state import OperationType, Outcome, Phase, Row, Step
+from omegitops.render import pods as P
+from omegitops.util.times import parse_time
 
 
 def open_create(work: Work, index: int) -> Row:

@@ -20,11 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from omegitops.lifecycle import outbox
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.actions import Action, ApplyObject, DeleteObject, Event
 from omegitops.lifecycle.availability import counts_toward_desired
-from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint, unmarked
 from omegitops.lifecycle.operations import adopt_orphans, open_create, open_delete
 from omegitops.lifecycle.repairs import (
@@ -33,16 +29,21 @@ from omegitops.lifecycle.repairs import (
     plan_repairs,
     reset_and_release,
 )
-from omegitops.lifecycle.replica import API_VERSION, KIND, encode_rows, readable_status
-from omegitops.lifecycle.revisions import plan_revisions
 from omegitops.lifecycle.rollout import RolloutOutcome, plan_rollout
 from omegitops.lifecycle.rotation import converge_rotation
-from omegitops.lifecycle.services import left_podgroups, plan_services
-from omegitops.lifecycle.state import Json, Mode, Outcome, Phase, Row, Step, Strategy
 from omegitops.lifecycle.status import component_status
 from omegitops.lifecycle.steps import advance
-from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
-from omegitops.lifecycle.work import DesiredComponent, ObservedComponent, Work
+from omegitops.lifecycle.work import Work
+from omegitops.model import outbox
+from omegitops.model.actions import Action, ApplyObject, DeleteObject, Event
+from omegitops.model.budgets import scaled_value
+from omegitops.model.replica import API_VERSION, KIND, encode_rows, readable_status
+from omegitops.model.state import Json, Mode, Outcome, Phase, Row, Step, Strategy
+from omegitops.render import pods as P
+from omegitops.render.component import DesiredComponent, ObservedComponent
+from omegitops.render.revisions import plan_revisions
+from omegitops.render.services import left_podgroups, plan_services
+from omegitops.render.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 
 __all__ = ["DesiredComponent", "ObservedComponent", "Plan", "converged_plan",
            "plan_component"]

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.availability import unavailable
 from omegitops.lifecycle.bringup import step_restart
-from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.failures import ended_failure, failure_record, lost_record
-from omegitops.lifecycle.instance import InstancePods, instance_pods
-from omegitops.lifecycle.state import Json, Mode, OperationType, Phase, Row, Step
-from omegitops.lifecycle.templates import MAIN_CONTAINER
 from omegitops.lifecycle.work import Work
+from omegitops.model.budgets import scaled_value
+from omegitops.model.state import Json, Mode, OperationType, Phase, Row, Step
+from omegitops.render import pods as P
+from omegitops.render.instance import InstancePods, instance_pods
+from omegitops.render.templates import MAIN_CONTAINER
 
 RECREATE_INSTANCE = "RecreateInstanceOnPodRestart"
 WEDGED = ("CrashLoopBackOff", "ImagePullBackOff")

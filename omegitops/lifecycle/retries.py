@@ -11,12 +11,12 @@ its next attempt, so a crashing gang is not recreated in a tight loop.
 
 from __future__ import annotations
 
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.durations import parse_duration
 from omegitops.lifecycle.failures import revision_caused
-from omegitops.lifecycle.state import Json, Row
 from omegitops.lifecycle.work import Work
-from omegitops.times import format_time, parse_time
+from omegitops.model.durations import parse_duration
+from omegitops.model.state import Json, Row
+from omegitops.render import pods as P
+from omegitops.util.times import format_time, parse_time
 
 PAUSE_FIRST, PAUSE_MAX = 30.0, 300.0
 

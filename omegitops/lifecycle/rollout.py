@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omegitops.lifecycle.availability import counted_pods, extras, surge_in_use, unavailable
-from omegitops.lifecycle.budgets import scaled_value
 from omegitops.lifecycle.retries import held, start_wait
-from omegitops.lifecycle.state import Json, Mode, Phase, Row, Strategy
 from omegitops.lifecycle.updates import open_update, update_mode
 from omegitops.lifecycle.work import Work
-from omegitops.times import format_time
+from omegitops.model.budgets import scaled_value
+from omegitops.model.state import Json, Mode, Phase, Row, Strategy
+from omegitops.util.times import format_time
 
 BUDGET_GATE = "Budget"
 

@@ -22,10 +22,10 @@ in-place update) are left to their steps, beyond the gang rule.
 
 from __future__ import annotations
 
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.actions import SetServing
-from omegitops.lifecycle.state import Json, Mode, OperationType, Phase, Row, Step
 from omegitops.lifecycle.work import Work
+from omegitops.model.actions import SetServing
+from omegitops.model.state import Json, Mode, OperationType, Phase, Row, Step
+from omegitops.render import pods as P
 
 # The steps of a bring-up before its pods are admitted, and of a teardown.
 _OUT_STEPS = (Step.UNROUTE, Step.DELETE_PODS, Step.WAIT_GONE, Step.CREATE_PODS,

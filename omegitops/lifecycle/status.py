@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from omegitops.lifecycle.budgets import scaled_value
-from omegitops.lifecycle.instance import InstancePods
 from omegitops.lifecycle.missing import REVISION_MISSING, missing_revisions
-from omegitops.lifecycle.resolve import ISVC, RUNTIME, timeout_seconds
 from omegitops.lifecycle.rollout import RolloutOutcome
-from omegitops.lifecycle.state import Json, OperationType, Phase, Row
-from omegitops.lifecycle.work import DesiredComponent, Work
-from omegitops.times import format_time
+from omegitops.lifecycle.work import Work
+from omegitops.model.budgets import scaled_value
+from omegitops.model.state import Json, OperationType, Phase, Row
+from omegitops.render.component import DesiredComponent
+from omegitops.render.instance import InstancePods
+from omegitops.render.resolve import ISVC, RUNTIME, timeout_seconds
+from omegitops.util.times import format_time
 
 TRUE, FALSE = "True", "False"
 

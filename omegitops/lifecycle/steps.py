@@ -29,15 +29,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from omegitops.lifecycle import pods as P
 from omegitops.lifecycle.bringup import ended_pods, fail_operation, recycle_ended, step_restart
 from omegitops.lifecycle.failures import check_instance
 from omegitops.lifecycle.operations import rest, step_create, step_delete
 from omegitops.lifecycle.retries import may_start
-from omegitops.lifecycle.state import Mode, OperationType, Outcome, Phase, Row, Step
 from omegitops.lifecycle.updates import step_update, surge_failed
 from omegitops.lifecycle.work import Work
-from omegitops.times import format_time, parse_time
+from omegitops.model.state import Mode, OperationType, Outcome, Phase, Row, Step
+from omegitops.render import pods as P
+from omegitops.util.times import format_time, parse_time
 
 # More steps than any operation has: a bound on one Instance's steps in one pass.
 MAX_STEPS_PER_PASS = 12

@@ -18,8 +18,6 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.actions import PatchImages
 from omegitops.lifecycle.bringup import (
     finish_when_available,
     new_row,
@@ -38,7 +36,9 @@ from omegitops.lifecycle.missing import REVISION_MISSING
 from omegitops.lifecycle.operations import open_delete, step_create
 from omegitops.lifecycle.repairs import find_trigger
 from omegitops.lifecycle.retries import record_failure
-from omegitops.lifecycle.state import (
+from omegitops.lifecycle.work import Work
+from omegitops.model.actions import PatchImages
+from omegitops.model.state import (
     Json,
     Mode,
     Operation,
@@ -49,8 +49,8 @@ from omegitops.lifecycle.state import (
     Step,
     Strategy,
 )
-from omegitops.lifecycle.templates import DEFAULT, LABEL_REVISION
-from omegitops.lifecycle.work import OPERATION_ANNOTATION, Work
+from omegitops.render import pods as P
+from omegitops.render.templates import DEFAULT, LABEL_REVISION, OPERATION_ANNOTATION
 
 FIRST_STEP = {Mode.SURGE: Step.SURGE_CREATE, Mode.DRAIN: Step.UNROUTE,
               Mode.IN_PLACE: Step.UNROUTE}

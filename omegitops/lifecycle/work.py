@@ -10,65 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegitops.lifecycle import pods as P
-from omegitops.lifecycle.actions import Action, CreatePod, DeletePod, Event, SetServing
-from omegitops.lifecycle.instance import InstancePods, PodSpecInput, instance_pods
-from omegitops.lifecycle.replica import replica_name
-from omegitops.lifecycle.resolve import ComponentLifecycle, timeout_seconds
-from omegitops.lifecycle.revisions import stored_templates
-from omegitops.lifecycle.services import plan_podgroup, podgroup_name
-from omegitops.lifecycle.state import Json, Mode, Operation, OperationType, Row, Step
-from omegitops.lifecycle.templates import workers_of
-from omegitops.times import format_time
-
-PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-# Pods carry the start time of the operation that created them, which tells a
-# replacement of this attempt from one an earlier attempt left behind.
-OPERATION_ANNOTATION = "ome.io/operation-started"
-
-
-@dataclass(frozen=True)
-class DesiredComponent:
-    """What the repository asks for one component, already resolved and rendered."""
-
-    namespace: str
-    isvc: str
-    component: str
-    lifecycle: ComponentLifecycle
-    templates: dict[str, Json]
-    revision: str
-    runtime_config: Json = field(default_factory=dict)
-    pinned: bool = False
-    drifted: bool = False
-    # The repository no longer has this component and --prune tears it down.
-    teardown: bool = False
-    # OME's labels and annotations on every pod of the component
-    # (templates.ome_pod_metadata).
-    pod_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        """The InferenceReplica's name, which the routing Service shares."""
-        return replica_name(self.isvc, self.component)
-
-    @property
-    def gang(self) -> bool:
-        return self.lifecycle.shape == "gang"
-
-    @property
-    def pods_per_instance(self) -> int:
-        return 1 + self.lifecycle.worker_size if self.gang else 1
-
-
-@dataclass
-class ObservedComponent:
-    """What the cluster holds for one component."""
-
-    replica: Json | None = None
-    pods: list[Json] = field(default_factory=list)
-    revisions: list[Json] = field(default_factory=list)
-    services: dict[str, Json] = field(default_factory=dict)
-    podgroups: dict[str, Json] | None = None  # None: the PodGroup kind is not installed
+from omegitops.model.actions import Action, CreatePod, DeletePod, Event, SetServing
+from omegitops.model.state import Json, Mode, Operation, OperationType, Row, Step
+from omegitops.render import pods as P
+from omegitops.render.component import DesiredComponent, ObservedComponent
+from omegitops.render.instance import InstancePods, PodSpecInput, instance_pods
+from omegitops.render.resolve import ComponentLifecycle, timeout_seconds
+from omegitops.render.revisions import stored_templates
+from omegitops.render.services import PODGROUP_LABEL, plan_podgroup, podgroup_name
+from omegitops.render.templates import OPERATION_ANNOTATION, workers_of
+from omegitops.util.times import format_time
 
 
 @dataclass
@@ -171,7 +122,7 @@ class Work:
 
     def seconds(self, name: str) -> float | None:
         """An operator duration setting in seconds (None when unset)."""
-        from omegitops.lifecycle.durations import parse_duration
+        from omegitops.model.durations import parse_duration
 
         value = self.lifecycle.value(name)
         return parse_duration(value) if isinstance(value, str) else value

@@ -6,10 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegitops.copying import Packed
-from omegitops.gcpause import without_gc_pauses
-from omegitops.lifecycle.operator import OperatorSettings
-from omegitops.lifecycle.resolve import ComponentLifecycle, components_of, dig, resolve_component
 from omegitops.manifests.memo import memo_for
 from omegitops.manifests.operator_values import read_operator_values
 from omegitops.manifests.repository import (
@@ -19,6 +15,10 @@ from omegitops.manifests.repository import (
     read_repository,
 )
 from omegitops.manifests.validate import ValidationResult, validate_repository
+from omegitops.render.operator import OperatorSettings
+from omegitops.render.resolve import ComponentLifecycle, components_of, dig, resolve_component
+from omegitops.util.copying import Packed
+from omegitops.util.gcpause import without_gc_pauses
 
 
 @dataclass

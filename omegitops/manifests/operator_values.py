@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from omegitops.errors import OperatorConfigError
-from omegitops.lifecycle.operator import OperatorSettings, parse_operator_values
 from omegitops.manifests.repository import DEFAULT_VALUES_FILE, format_path, outside
 from omegitops.manifests.schemas import validator
 from omegitops.manifests.yamlfile import (
@@ -16,6 +14,8 @@ from omegitops.manifests.yamlfile import (
     load_text,
     read_limited,
 )
+from omegitops.render.operator import OperatorSettings, parse_operator_values
+from omegitops.util.errors import OperatorConfigError
 
 # parse_operator_values names the setting first: "invalid deploy config, <name> ..."
 _SETTING = re.compile(r"^invalid deploy config, ([A-Za-z0-9_.]+)")

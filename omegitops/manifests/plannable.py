@@ -14,18 +14,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from omegitops.lifecycle import podrules
-from omegitops.lifecycle.durations import DurationError, parse_duration
-from omegitops.lifecycle.names import template_names
-from omegitops.lifecycle.resolve import (
+from omegitops.manifests.repository import INFERENCE_SERVICE, Manifest, ManifestError
+from omegitops.model import podrules
+from omegitops.model.durations import DurationError, parse_duration
+from omegitops.render.names import template_names
+from omegitops.render.resolve import (
     GANG,
     HISTORY_ANNOTATION,
     RUNTIME_CONFIG,
     ComponentLifecycle,
     dig,
 )
-from omegitops.lifecycle.templates import ome_pod_metadata, render_templates
-from omegitops.manifests.repository import INFERENCE_SERVICE, Manifest, ManifestError
+from omegitops.render.templates import ome_pod_metadata, render_templates
 
 # Kubernetes' documented scalability limit ("no more than 150,000 total pods"): a
 # component needing more could never run, and planning its Instances one by one

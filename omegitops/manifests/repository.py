@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegitops.files import shown_path
-from omegitops.ids import ResourceId
 from omegitops.manifests.jsonvalues import normalize_json
 from omegitops.manifests.memo import LoadMemo, content_key
 from omegitops.manifests.prescan import file_namespaces
@@ -29,6 +27,8 @@ from omegitops.manifests.yamlfile import (
     read_limited,
     yaml_type,
 )
+from omegitops.model.ids import ResourceId
+from omegitops.util.files import shown_path
 
 API_VERSION = "ome.io/v1beta1"
 INFERENCE_SERVICE = "InferenceService"

@@ -13,24 +13,8 @@ from typing import Any, NamedTuple
 
 from jsonschema.exceptions import ValidationError
 
-from omegitops.cluster.sim import sizing
-from omegitops.cluster.sim.scheduler import pod_requests
-from omegitops.copying import Packed
-from omegitops.ids import ResourceId
-from omegitops.lifecycle import budgets
-from omegitops.lifecycle.names import derived_names, longest_fitting
-from omegitops.lifecycle.operator import OperatorSettings
-from omegitops.lifecycle.resolve import (
-    GANG,
-    OMENATIVE,
-    SURGE_THEN_DRAIN,
-    ComponentLifecycle,
-    components_of,
-    dig,
-    resolve_component,
-    resolve_mode,
-)
-from omegitops.lifecycle.templates import LEADER, WORKER, revision_hash
+from omegitops.capacity import sizing
+from omegitops.capacity.scheduler import pod_requests
 from omegitops.manifests.memo import LoadMemo, content_key
 from omegitops.manifests.plannable import component_errors, lifecycle_blocks, value_errors
 from omegitops.manifests.repository import (
@@ -42,6 +26,22 @@ from omegitops.manifests.repository import (
     Repository,
 )
 from omegitops.manifests.schemas import is_valid, validator
+from omegitops.model import budgets
+from omegitops.model.ids import ResourceId
+from omegitops.render.names import derived_names, longest_fitting
+from omegitops.render.operator import OperatorSettings
+from omegitops.render.resolve import (
+    GANG,
+    OMENATIVE,
+    SURGE_THEN_DRAIN,
+    ComponentLifecycle,
+    components_of,
+    dig,
+    resolve_component,
+    resolve_mode,
+)
+from omegitops.render.templates import LEADER, WORKER, revision_hash
+from omegitops.util.copying import Packed
 
 MAX_ERRORS_PER_OBJECT = 20
 BUDGET_FIELDS = ("maxSurge", "maxUnavailable")

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from omegitops import files
+from omegitops.util import files
 
 try:  # libyaml's parser is several times faster; the constructor stays the safe one
     from yaml import CSafeLoader as _Loader

@@ -34,12 +34,12 @@ from pathlib import Path
 import benchlib
 from apiserver import ApiServerDouble
 
+from omegitops.app.passes import MANAGED, run_pass
 from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA, POD, SERVICE
 from omegitops.cluster.kube import KubeCluster, plain_client
 from omegitops.cluster.kube.access import REVIEW_PATH
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import MANAGED, run_pass
 
 WRITE_VERBS = ("create", "update", "patch", "delete")
 COPIED_KINDS = (POD, INFERENCE_REPLICA, CONTROLLER_REVISION, SERVICE)

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(args.src.resolve()))
     import benchlib
 
-    from omegitops import reconcile
+    from omegitops.app import passes as reconcile
     from omegitops.cluster.sim import SimCluster
     from omegitops.manifests.load import load, resolved_components
 

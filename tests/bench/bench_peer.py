@@ -60,11 +60,11 @@ from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES, build_control_plane
 from controlplane import ControlPlane
 from kubernetes import client as k8s
 
-from omegitops.lifecycle.desired import build_desired
-from omegitops.lifecycle.replica import decode_rows
-from omegitops.lifecycle.templates import DEFAULT
+from omegitops.app.untilidle import IDLE
 from omegitops.manifests.load import load, resolved_components
-from omegitops.untilidle import IDLE
+from omegitops.model.replica import decode_rows
+from omegitops.render.desired import build_desired
+from omegitops.render.templates import DEFAULT
 
 CONTROLLERS = ("system:serviceaccount:kube-system:deployment-controller",
                "system:serviceaccount:kube-system:replicaset-controller")

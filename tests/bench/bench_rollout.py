@@ -60,14 +60,14 @@ import benchlib
 import genfleet
 import yaml
 
+from omegitops.app.passes import MANAGED
 from omegitops.cluster.base import POD
 from omegitops.cluster.sim import SimCluster
 from omegitops.cluster.sim.kubelet import DEFAULT_EXIT_SECONDS, startup_delay
 from omegitops.cluster.sim.store import DEFAULT_PULL_SECONDS
-from omegitops.lifecycle.replica import decode_rows
-from omegitops.lifecycle.templates import LABEL_REVISION
-from omegitops.reconcile import MANAGED
-from omegitops.times import parse_time
+from omegitops.model.replica import decode_rows
+from omegitops.render.templates import LABEL_REVISION
+from omegitops.util.times import parse_time
 
 TARGET = 1.05
 SURGE = "25%"

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import benchlib
 
+from omegitops.app.shards import Shard
 from omegitops.cluster.sim import SimCluster
-from omegitops.shards import Shard
 
 TARGET = 1.2
 

@@ -60,9 +60,9 @@ from conftest import JOB_NAMESPACE, PIPELINES, build_control_plane
 from controlplane import STAGES, ControlPlane
 from kubernetes import config as k8s_config
 
+from omegitops.app.untilidle import IDLE, run_until_idle
 from omegitops.cluster.kube import KubeCluster
 from omegitops.manifests.load import load, resolved_components
-from omegitops.untilidle import IDLE, run_until_idle
 
 TARGET = 1.05
 BYTES_TARGET = 1.1

@@ -26,12 +26,12 @@ for extra in (HERE, REPO_ROOT / "tests" / "wire"):  # genfleet; the API double
 
 import genfleet
 
+from omegitops.app.passes import MANAGED, run_pass
 from omegitops.cli import main as cli_main
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import MANAGED, run_pass
-from omegitops.report import build_report, render_markdown, report_events, validate_report
+from omegitops.report.status import build_report, render_markdown, report_events, validate_report
 
 MARKER = "converged.json"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sim_helpers import NS, condition, get, make_pod
 
+from omegitops.capacity.scheduler import pod_requests
 from omegitops.cluster.sim import SimCluster
-from omegitops.cluster.sim.scheduler import pod_requests
 
 
 def test_a_pod_binds_to_the_first_node_with_room(cluster):

@@ -13,7 +13,7 @@ from sim_helpers import NS, make_pod
 from omegitops.cluster import open_cluster
 from omegitops.cluster.errors import LockHeld
 from omegitops.cluster.sim import SimCluster
-from omegitops.errors import ClusterError, UsageError
+from omegitops.util.errors import ClusterError, UsageError
 
 
 def test_missing_file_is_a_fresh_cluster_with_default_nodes(tmp_path):

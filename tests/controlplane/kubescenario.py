@@ -17,11 +17,11 @@ from pathlib import Path
 
 from kubernetes import config as k8s_config
 
+from omegitops.app.passes import MANAGED, PassResult, run_pass
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.kube import KubeCluster
-from omegitops.lifecycle.replica import decode_rows
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import MANAGED, PassResult, run_pass
+from omegitops.model.replica import decode_rows
 from tests.scenario import KillAfter, check_invariants
 
 

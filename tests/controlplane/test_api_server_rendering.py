@@ -24,11 +24,13 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 
-from omegitops.lifecycle.instance import PodSpecInput, instance_pods
-from omegitops.lifecycle.operator import parse_operator_values
-from omegitops.lifecycle.patchkeys import CONTAINER, TABLE_FILE, table_from_openapi
-from omegitops.lifecycle.resolve import RUNTIME_CONFIG, resolve_component
-from omegitops.lifecycle.templates import (
+from omegitops.manifests.load import load, resolved_components
+from omegitops.manifests.plannable import component_errors
+from omegitops.render.instance import PodSpecInput, instance_pods
+from omegitops.render.operator import parse_operator_values
+from omegitops.render.patchkeys import CONTAINER, TABLE_FILE, table_from_openapi
+from omegitops.render.resolve import RUNTIME_CONFIG, resolve_component
+from omegitops.render.templates import (
     MAIN_CONTAINER,
     _pod_part,
     merge,
@@ -36,8 +38,6 @@ from omegitops.lifecycle.templates import (
     render_templates,
     revision_name,
 )
-from omegitops.manifests.load import load, resolved_components
-from omegitops.manifests.plannable import component_errors
 
 SHARED_OME = REPO_ROOT.parent / "shared" / "ome"
 EXAMPLES = REPO_ROOT / "examples"

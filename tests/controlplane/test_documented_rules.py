@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from omegitops.lifecycle import pods as P
+from omegitops.render import pods as P
 from tests.backends import NAME, ControlPlaneBackend, messages, rows, serving_gangs
 
 RECREATE = {"restartPolicy": "RecreateInstanceOnPodRestart"}
@@ -27,7 +27,7 @@ def test_a_component_at_rest_is_recognised_without_planning_it(converged, monkey
     """tests/test_converged.py on the real API server: the fingerprint the job records
     survives the round trip through the InferenceReplica CRD, so a pass at rest plans
     nothing and writes nothing, and a lost pod is planned at once."""
-    from omegitops import reconcile
+    from omegitops.app import passes as reconcile
     from omegitops.lifecycle.converged import CONVERGED_ANNOTATION
 
     scenario, _ = converged(replicas=2, grace=2)

@@ -23,6 +23,8 @@ from kubernetes import config as k8s_config
 from kubescenario import KubeScenario
 from test_job import EXAMPLES, run_job
 
+from omegitops.app.passes import MANAGED
+from omegitops.app.untilidle import FORBIDDEN, run_until_idle
 from omegitops.cluster.base import (
     CONTROLLER_REVISION,
     EVENT,
@@ -38,11 +40,9 @@ from omegitops.cluster.kube.resources import LEASE, RESOURCES, label_selector
 from omegitops.cluster.kube.rest import MERGE_PATCH, Rest
 from omegitops.cluster.lease import Lease
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION
-from omegitops.lifecycle.outbox import OUTBOX, SEQUENCE
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import MANAGED
-from omegitops.report import report_events
-from omegitops.untilidle import FORBIDDEN, run_until_idle
+from omegitops.model.outbox import OUTBOX, SEQUENCE
+from omegitops.report.status import report_events
 from tests.fleet import write_service
 
 _namespaces = itertools.count()

@@ -16,7 +16,7 @@ from kubescenario import KubeScenario
 from test_job import LEASE, put_lease, reconcile_argv, run_job
 
 from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA
-from omegitops.lifecycle import pods as P
+from omegitops.render import pods as P
 from tests.fleet import strategy, write_service
 
 NAME = "svc-engine"

@@ -13,10 +13,10 @@ import itertools
 import pytest
 from kubescenario import History, KubeScenario
 
+from omegitops.app.passes import MANAGED
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
-from omegitops.lifecycle import pods as P
-from omegitops.reconcile import MANAGED
+from omegitops.render import pods as P
 from tests.fleet import strategy, write_service
 from tests.scenario import Scenario
 

@@ -16,8 +16,8 @@ from conftest import JOB_NAMESPACE
 from test_job import example_namespaces, examples_with_short_windows, run_job
 
 from omegitops.cli import main as cli_main
-from omegitops.lifecycle.replica import decode_rows
-from omegitops.report import content_key
+from omegitops.model.replica import decode_rows
+from omegitops.report.status import content_key
 
 # The examples' namespaces and InferenceServices in the API (test_job's fixture).
 examples_in_cluster = test_job.examples_in_cluster

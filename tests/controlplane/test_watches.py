@@ -1,5 +1,5 @@
 """Watches under ``--until-idle`` on the real API server (``omegitops.cluster.kube.watches``
-and ``omegitops.incremental``).
+and ``omegitops.app.incremental``).
 
 The job's account lists each observed kind once and watches from there: a change
 made by someone else reaches the run's store and names its component; the run's
@@ -21,11 +21,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from test_job import run_job, small_repo
 
-from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA, POD, SERVICE
-from omegitops.cluster.kube import KubeCluster
-from omegitops.cluster.kube.resources import RESOURCES
-from omegitops.lifecycle.templates import LABEL_COMPONENT, LABEL_ISVC
-from omegitops.reconcile import (
+from omegitops.app.passes import (
     MANAGED,
     Observation,
     observe,
@@ -33,6 +29,10 @@ from omegitops.reconcile import (
     observed_kinds,
     owner_key,
 )
+from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA, POD, SERVICE
+from omegitops.cluster.kube import KubeCluster
+from omegitops.cluster.kube.resources import RESOURCES
+from omegitops.render.templates import LABEL_COMPONENT, LABEL_ISVC
 from tests.fleet import write_service
 
 _names = itertools.count()

@@ -42,7 +42,7 @@ from typing import Any, Self
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from omegitops.cluster.base import fields_match
-from omegitops.times import format_time
+from omegitops.util.times import format_time
 
 
 @dataclass(frozen=True)

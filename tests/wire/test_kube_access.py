@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 from wire_helpers import EXAMPLES, serve_inference_services
 
+from omegitops.app.passes import run_pass
 from omegitops.cluster.kube.access import REVIEW_PATH, RULES_REVIEW_PATH, run_permissions
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import run_pass
 
 WRITE_VERBS = ("create", "update", "patch", "delete")
 STATUS_PATCH = r"/inferenceservices/[^/]+/status$"

@@ -11,9 +11,9 @@ import shutil
 import pytest
 from wire_helpers import EXAMPLES, serve_inference_services
 
-from omegitops.lifecycle.outbox import OUTBOX, SEQUENCE
+from omegitops.app.passes import run_pass
 from omegitops.manifests.load import load, resolved_components
-from omegitops.reconcile import run_pass
+from omegitops.model.outbox import OUTBOX, SEQUENCE
 
 QWEN = "qwen3-0-6b"
 REPLICA = f"{QWEN}-engine"

@@ -10,9 +10,9 @@ import gc
 import pytest
 from wire_helpers import make_pod
 
+from omegitops.app.passes import MANAGED, observe
 from omegitops.cluster.base import trim_pod
 from omegitops.cluster.errors import Expired
-from omegitops.reconcile import MANAGED, observe
 
 PODS = r"^/api/v1/pods$"
 

@@ -11,7 +11,7 @@ import pytest
 from apiserver import POD_GROUPS
 from wire_helpers import NS, make_pod, make_replica
 
-from omegitops.reconcile import MANAGED, observe
+from omegitops.app.passes import MANAGED, observe
 
 EXPECTED_LISTS = [
     "/api/v1/pods",

@@ -47,7 +47,7 @@ from omegitops.cluster.kube.rest import MERGE_PATCH, STRATEGIC_PATCH, Rest, Retr
 from omegitops.cluster.kube.watches import WATCH_SECONDS, WatchedKind, Watches
 from omegitops.cluster.lease import DEFAULT_DURATION_SECONDS, LEASE_NAME, Lease
 from omegitops.cluster.sequences import already_counted
-from omegitops.gcpause import without_gc_pauses
+from omegitops.util.gcpause import without_gc_pauses
 
 log = logging.getLogger(__name__)
 
@@ -351,7 +351,7 @@ class KubeCluster(Cluster):
     # Decoding a LIST makes millions of small dicts and strings (8,000 pods are 56 MB
     # of JSON); with the collector on, their allocations set off full collections
     # that walk the growing list again and again, for no garbage (JSON is acyclic):
-    # three times the decode itself (omegitops/gcpause.py). A watch's first LIST runs
+    # three times the decode itself (omegitops/util/gcpause.py). A watch's first LIST runs
     # outside any pass, so the pause belongs here.
     @without_gc_pauses
     def _list_versioned(self, resource: Resource, labels: dict[str, str] | None,

@@ -15,7 +15,7 @@ from kubernetes import config
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 
-from omegitops.errors import ClusterError
+from omegitops.util.errors import ClusterError
 
 API_ENV = "OMEGITOPS_KUBE_API"
 

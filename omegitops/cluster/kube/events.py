@@ -6,7 +6,7 @@ import hashlib
 from datetime import datetime
 
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION
-from omegitops.times import format_time
+from omegitops.util.times import format_time
 
 
 def kube_time(moment: datetime) -> str:

@@ -48,7 +48,7 @@ from omegitops.cluster.errors import (
     Transient,
 )
 from omegitops.cluster.kube.access import REVIEW_PATH, permission_of, review_body
-from omegitops.errors import ClusterError
+from omegitops.util.errors import ClusterError
 
 log = logging.getLogger(__name__)
 

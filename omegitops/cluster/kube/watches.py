@@ -34,8 +34,8 @@ from kubernetes import watch as k8s_watch
 
 from omegitops.cluster.errors import Expired, Forbidden, NotFound
 from omegitops.cluster.kube.resources import Resource, label_selector
-from omegitops.copying import json_copy
-from omegitops.errors import ClusterError
+from omegitops.util.copying import json_copy
+from omegitops.util.errors import ClusterError
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from omegitops.capacity import nodes
+from omegitops.capacity.scheduler import Gang, NodeRoom, Round, pod_requests
+from omegitops.capacity.sizing import NodePool
 from omegitops.cluster import base
 from omegitops.cluster.base import Cluster
 from omegitops.cluster.errors import AlreadyExists, Conflict, Invalid, NotFound, object_id
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, already_counted
-from omegitops.cluster.sim import faults, nodes
+from omegitops.cluster.sim import faults
 from omegitops.cluster.sim.kubelet import Host, PodWorker, new_pod_record
 from omegitops.cluster.sim.podstatus import (
     KUBELET_CONDITIONS,
@@ -37,14 +40,12 @@ from omegitops.cluster.sim.podstatus import (
     render_unscheduled,
     set_condition,
 )
-from omegitops.cluster.sim.scheduler import Gang, NodeRoom, Round, pod_requests
-from omegitops.cluster.sim.sizing import NodePool
 from omegitops.cluster.sim.store import FileLock, fresh_state, load_state, save_state
 from omegitops.cluster.sim.timeline import Timeline
-from omegitops.errors import ClusterError
-from omegitops.gcpause import gc_paused
-from omegitops.lifecycle import podrules
-from omegitops.times import format_time, parse_time, to_datetime
+from omegitops.model import podrules
+from omegitops.util.errors import ClusterError
+from omegitops.util.gcpause import gc_paused
+from omegitops.util.times import format_time, parse_time, to_datetime
 
 DEFAULT_GRACE_SECONDS = 30
 CLUSTER_SCOPED = {base.NODE}

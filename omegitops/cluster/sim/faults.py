@@ -46,9 +46,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from omegitops.capacity import nodes
 from omegitops.cluster import base
 from omegitops.cluster.errors import Invalid, NotFound
-from omegitops.cluster.sim import nodes
 from omegitops.cluster.sim.kubelet import CRASH_EXIT, OOM_EXIT, PodWorker
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from omegitops.cluster.sim.kubelet import (
     RUNNING,
     WAITING,
 )
-from omegitops.times import format_time
+from omegitops.util.times import format_time
 
 KUBELET_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready", "DisruptionTarget")
 

@@ -31,11 +31,11 @@ import os
 from pathlib import Path
 from typing import IO
 
-from omegitops import files
 from omegitops.cluster.errors import LockHeld
-from omegitops.errors import ClusterError
-from omegitops.files import replace_atomically
-from omegitops.times import parse_time
+from omegitops.util import files
+from omegitops.util.errors import ClusterError
+from omegitops.util.files import replace_atomically
+from omegitops.util.times import parse_time
 
 VERSION = 1
 START_CLOCK = "2026-09-27T08:00:00Z"

@@ -1,0 +1,256 @@
+"""An Instance's recorded state: its row in the InferenceReplica's status and the
+operation it holds, as typed values, and the names of phases, operations and steps,
+each defined once here.
+
+Both are frozen values. A row is read from the status once (``Row.from_storage``);
+each step returns a new row (``Row.but``, ``Row.step_to``) and never changes the one
+it was given; the pass writes the last of them back once (``Row.for_storage``), as
+kopf keeps a handler's state (``from_storage``, ``with_outcome``, ``for_storage``).
+The stored form holds plain strings, never the enums: every copy of the status goes
+through ``marshal`` (omegitops/util/copying.py), which refuses a ``str`` subclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import Enum, StrEnum
+from typing import Any
+
+# Raw Kubernetes JSON (a pod, a condition, a failure record): kept as the API gives it.
+Json = dict[str, Any]
+
+
+class Phase(StrEnum):
+    """An Instance's phase (instances.txt "Phases")."""
+
+    PENDING = "Pending"
+    CREATING = "Creating"
+    READY = "Ready"
+    UPDATING = "Updating"
+    RESTARTING = "Restarting"
+    DELETING = "Deleting"
+    FAILED = "Failed"
+
+
+class OperationType(StrEnum):
+    """What an Instance is doing (DESIGN.md §4)."""
+
+    CREATE = "Create"
+    UPDATE = "Update"
+    RESTART = "Restart"
+    DELETE = "Delete"
+
+
+class Mode(StrEnum):
+    """How an operation moves the Instance: an Update surges, drains or patches in
+    place; a Restart rebuilds the whole Instance or only its failed pod."""
+
+    SURGE = "Surge"
+    DRAIN = "Drain"
+    IN_PLACE = "InPlace"
+    INSTANCE = "Instance"
+    POD = "Pod"
+
+
+class Step(StrEnum):
+    """The steps operations go through; which follow which is in lifecycle/steps.py."""
+
+    # Bring-up, shared by Create, a Drain update and a Restart.
+    CREATE_PODS = "CreatePods"
+    WAIT_READY = "WaitReady"
+    WAIT_AVAILABLE = "WaitAvailable"
+    # Teardown, shared by Delete, a Drain update and a Restart.
+    UNROUTE = "Unroute"
+    DELETE_PODS = "DeletePods"
+    WAIT_GONE = "WaitGone"
+    # InPlace.
+    PATCH_IMAGES = "PatchImages"
+    # Surge.
+    SURGE_CREATE = "SurgeCreate"
+    SURGE_WAIT_READY = "SurgeWaitReady"
+    SURGE_WAIT_AVAILABLE = "SurgeWaitAvailable"
+    HAND_OVER = "HandOver"
+    DRAIN_OLD = "DrainOld"
+    WAIT_DRAINED = "WaitDrained"
+    ABANDON = "Abandon"
+
+
+class Strategy(StrEnum):
+    """updateStrategy.type (update-strategies.txt)."""
+
+    SURGE_THEN_DRAIN = "SurgeThenDrain"
+    RECREATE_POD = "RecreatePod"
+    IN_PLACE_IF_POSSIBLE = "InPlaceIfPossible"
+    IN_PLACE_ONLY = "InPlaceOnly"
+
+
+class Outcome(Enum):
+    """What a step left of the Instance: still there, or gone from the record."""
+
+    KEPT = "kept"
+    GONE = "gone"
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """The operation an Instance holds (``status.instances[].operation``)."""
+
+    type: OperationType
+    step: Step
+    strategy: str | None = None
+    started_at: str | None = None
+    deadline: str | None = None
+    waiting: str | None = None
+    mode: Mode | None = None
+    target_revision: str | None = None
+    # A single-pod surge builds its new pod at this ordinal.
+    ordinal: int | None = None
+    # A gang surge's replacement Instance.
+    replacement: int | None = None
+    handed_over: bool = False
+    # The surge's new pod entered rotation.
+    served: bool = False
+    # A fresh start: every old pod goes before any is built.
+    fresh: bool = False
+    # A retry of a failed Update (it keeps the incarnation).
+    retry: bool = False
+    # An abandoned replacement that never served is deleted with this grace.
+    abandon_grace: int | None = None
+    overdue: bool = False
+    # The API server refused a create: {pod, message, time} (reconcile records it).
+    refused: Json | None = None
+    # Pods seen waiting in a stuck state, by name: since when.
+    stuck: Mapping[str, str] | None = None
+    # A scheduling gate held the pods on the pass at ``held_at``; it ended at ``hold_ended``.
+    held_at: str | None = None
+    hold_ended: str | None = None
+
+    @classmethod
+    def from_storage(cls, stored: Json) -> Operation:
+        """An operation ``replica.read_rows`` found readable."""
+        values = _present(stored, _OPERATION_KEYS)
+        values.update(type=OperationType(stored["type"]), step=Step(stored["step"]))
+        if "mode" in values:
+            values["mode"] = Mode(values["mode"])
+        if "stuck" in values:
+            values["stuck"] = dict(values["stuck"])
+        return cls(**values)
+
+    def for_storage(self) -> Json:
+        stored: Json = {"type": self.type.value, "step": self.step.value,
+                        "strategy": self.strategy, "startedAt": self.started_at,
+                        "deadline": self.deadline, "waiting": self.waiting}
+        for name, key in _OPERATION_KEYS.items():
+            if key in stored:
+                continue
+            value = getattr(self, name)
+            if value is None or value is False:
+                continue
+            if isinstance(value, Enum):
+                value = value.value
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            stored[key] = value
+        return stored
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One Instance's row (an OMENativeInstanceStatus)."""
+
+    index: int
+    incarnation: int
+    phase: Phase
+    revision: str
+    operation: Operation | None = None
+    last_failure: Json | None = None
+    # The pods as the last pass saw them (lifecycle/pods.py pod_row).
+    pods: tuple[Json, ...] = ()
+    # The ordinal of a single pod's own pod: 1 after a surge promoted its new pod.
+    ordinal: int | None = None
+    # A gang surge's replacement, of the Instance at this index.
+    surge_of: int | None = None
+    # A Failed Instance to start over from scratch (a lost replacement, a reset).
+    rebuild: bool = False
+    # The revision InPlaceOnly refused to move this Instance to.
+    refused: str | None = None
+    # Failed attempts that were not the revision's fault, and when the next may start.
+    attempts: int | None = None
+    retry_at: str | None = None
+    # Nodes later attempts keep off (autoMigrate).
+    avoid_nodes: tuple[str, ...] | None = None
+
+    @property
+    def own_ordinal(self) -> int:
+        return self.ordinal or 0
+
+    @property
+    def op(self) -> Operation:
+        """The operation a step works on: only rows holding one reach a step."""
+        if self.operation is None:
+            raise ValueError(f"Instance {self.index} holds no operation")
+        return self.operation
+
+    def but(self, **changes: Any) -> Row:
+        """This row with ``changes`` (fields by name, as ``dataclasses.replace`` takes)."""
+        return replace(self, **changes)
+
+    def step_to(self, step: Step, **changes: Any) -> Row:
+        """This row with its operation at ``step`` and ``changes`` to the operation."""
+        return replace(self, operation=replace(self.op, step=step, **changes))
+
+    def with_op(self, **changes: Any) -> Row:
+        """This row with ``changes`` to its operation."""
+        return replace(self, operation=replace(self.op, **changes))
+
+    @classmethod
+    def from_storage(cls, stored: Json) -> Row:
+        """A row ``replica.read_rows`` found readable."""
+        values = _present(stored, _ROW_KEYS)
+        values["phase"] = Phase(stored["phase"])
+        operation = values.pop("operation", None)
+        if operation:
+            values["operation"] = Operation.from_storage(operation)
+        for name in ("pods", "avoid_nodes"):
+            if name in values:
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+    def for_storage(self) -> Json:
+        stored: Json = {"index": self.index, "incarnation": self.incarnation,
+                        "phase": self.phase.value, "revision": self.revision,
+                        "pods": list(self.pods),
+                        "operation": None if self.operation is None
+                        else self.operation.for_storage(),
+                        "lastFailure": self.last_failure}
+        for name, key in _ROW_KEYS.items():
+            if key in stored:
+                continue
+            value = getattr(self, name)
+            if value is None or value is False:
+                continue
+            stored[key] = list(value) if isinstance(value, tuple) else value
+        return stored
+
+
+# Each field's name in the stored status.
+_OPERATION_KEYS = {
+    "type": "type", "step": "step", "strategy": "strategy", "started_at": "startedAt",
+    "deadline": "deadline", "waiting": "waiting", "mode": "mode",
+    "target_revision": "targetRevision", "ordinal": "ordinal", "replacement": "replacement",
+    "handed_over": "handedOver", "served": "served", "fresh": "fresh", "retry": "retry",
+    "abandon_grace": "abandonGrace", "overdue": "overdue", "refused": "refused",
+    "stuck": "stuck", "held_at": "heldAt", "hold_ended": "holdEnded",
+}
+_ROW_KEYS = {
+    "index": "index", "incarnation": "incarnation", "phase": "phase", "revision": "revision",
+    "operation": "operation", "last_failure": "lastFailure", "pods": "pods",
+    "ordinal": "ordinal", "surge_of": "surgeOf", "rebuild": "rebuild", "refused": "refused",
+    "attempts": "attempts", "retry_at": "retryAt", "avoid_nodes": "avoidNodes",
+}
+
+
+def _present(stored: Json, keys: dict[str, str]) -> dict[str, Any]:
+    """The stored fields that are set, by their names here."""
+    return {name: stored[key] for name, key in keys.items() if stored.get(key) is not None}

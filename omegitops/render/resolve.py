@@ -1,0 +1,327 @@
+"""Effective lifecycle of each component: every field with its value and source.
+
+Precedence, field by field (update-strategies.txt "Where the defaults come
+from", min-ready-seconds.txt "Set a default for many services",
+restart-policy.txt "Set the policy"):
+
+1. the component in the InferenceService (``spec.engine.lifecycle``), which
+   wins even when it is 0;
+2. the runtime's component config (``spec.engineConfig.lifecycle``), merged
+   field by field, so a service that sets only the type keeps the runtime's
+   budgets;
+3. the operator settings (no operator level for restartPolicy, partition,
+   migrationPolicy);
+4. the built-in default.
+
+Only the budgets that the strategy reads are filled: SurgeThenDrain reads
+maxSurge and maxUnavailable, the other strategies maxUnavailable alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from omegitops.model.durations import DurationError, parse_duration
+from omegitops.model.state import Json, Strategy
+from omegitops.render.operator import COMPONENTS, OperatorSettings
+
+OMENATIVE = "OMENative"
+DEFAULT_MODE = "RawDeployment"
+MODE_ANNOTATION = "ome.io/deploymentMode"
+HISTORY_ANNOTATION = "ome.io/revision-history-limit"
+
+ISVC, RUNTIME, OPERATOR, DEFAULT = "isvc", "runtime", "operator", "default"
+# Plain strings: resolved values are copied with marshal, which refuses an enum member.
+SURGE_THEN_DRAIN = Strategy.SURGE_THEN_DRAIN.value
+IN_PLACE_STRATEGIES = (Strategy.IN_PLACE_IF_POSSIBLE.value, Strategy.IN_PLACE_ONLY.value)
+SINGLE, GANG = "single", "gang"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """One effective value, where it came from, and the field that set it."""
+
+    value: Any
+    source: str
+    path: tuple[str | int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "source": self.source}
+
+
+@dataclass(frozen=True)
+class ComponentLifecycle:
+    """The resolved lifecycle of one component of one InferenceService."""
+
+    component: str
+    mode: Resolved
+    shape: str
+    worker_size: int
+    replicas: int
+    fields: dict[str, Resolved] = field(default_factory=dict)
+
+    @property
+    def managed(self) -> bool:
+        return bool(self.mode.value == OMENATIVE)
+
+    def value(self, name: str, default: Any = None) -> Any:
+        resolved = self.fields.get(name)
+        return default if resolved is None else resolved.value
+
+    @property
+    def strategy(self) -> str:
+        # As the manifests give it: the schema holds it to a string.
+        return cast(str, self.value("updateStrategy.type", SURGE_THEN_DRAIN))
+
+    @property
+    def min_ready_seconds(self) -> int:
+        # As the manifests give it: the schema holds it to an integer.
+        return cast(int, self.value("minReadySeconds", 0))
+
+    def lifecycle_spec(self) -> dict[str, Any]:
+        """The lifecycle as the InferenceReplica's spec shows it: only what is set
+        somewhere (service, runtime or operator), never a built-in default."""
+        spec: dict[str, Any] = {}
+        for name, resolved in sorted(self.fields.items()):
+            if resolved.source == DEFAULT or name not in SPEC_FIELDS:
+                continue
+            target = spec
+            *parents, leaf = SPEC_FIELDS[name]
+            for parent in parents:
+                target = target.setdefault(parent, {})
+            target[leaf] = resolved.value
+        return spec
+
+
+# Dotted result name -> its path inside a ``lifecycle`` block.
+LIFECYCLE_FIELDS: dict[str, tuple[str, ...]] = {
+    "updateStrategy.type": ("updateStrategy", "type"),
+    "updateStrategy.rollingUpdate.partition": ("updateStrategy", "rollingUpdate", "partition"),
+    "updateStrategy.rollingUpdate.maxSurge": ("updateStrategy", "rollingUpdate", "maxSurge"),
+    "updateStrategy.rollingUpdate.maxUnavailable": (
+        "updateStrategy",
+        "rollingUpdate",
+        "maxUnavailable",
+    ),
+    "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle": (
+        "updateStrategy",
+        "inPlaceUpdateStrategy",
+        "markNotReadyDuringLifecycle",
+    ),
+    "minReadySeconds": ("minReadySeconds",),
+    "restartPolicy": ("restartPolicy",),
+    "instanceReadyTimeout": ("instanceReadyTimeout",),
+    "migrationPolicy.mode": ("migrationPolicy", "mode"),
+}
+# Fields that belong in the InferenceReplica's spec.lifecycle (minReadySeconds
+# has a field of its own there).
+SPEC_FIELDS = {k: v for k, v in LIFECYCLE_FIELDS.items() if k != "minReadySeconds"}
+RUNTIME_CONFIG = {"engine": "engineConfig", "decoder": "decoderConfig", "router": "routerConfig"}
+
+
+def dig(data: Any, path: tuple[str | int, ...]) -> Any:
+    """``data[p0][p1]...``, or None as soon as a step is missing."""
+    for part in path:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
+
+
+def _first(*candidates: tuple[str, Any, tuple[str | int, ...]]) -> Resolved | None:
+    """The first candidate whose value is set (None means unset; 0 is set)."""
+    for source, value, path in candidates:
+        if value is not None:
+            return Resolved(value, source, path)
+    return None
+
+
+def components_of(isvc: dict[str, Any], runtime: dict[str, Any] | None) -> list[str]:
+    """The components a service runs: those it names, and always the engine
+    when its runtime has one (the model has to be served)."""
+    spec = isvc.get("spec") or {}
+    present = [c for c in COMPONENTS if isinstance(spec.get(c), dict)]
+    if "engine" not in present and (
+        isinstance(dig(runtime, ("spec", "engineConfig")), dict) or not present
+    ):
+        present.insert(0, "engine")
+    return present
+
+
+def shape_of(component_spec: Json, runtime_config: Json) -> tuple[str, int]:
+    """(``gang``, workers) when the component has a leader and workers, else (``single``, 0).
+
+    The service's own leader/worker override the runtime's, as OME merges them.
+    """
+    has_leader = "leader" in component_spec or "leader" in runtime_config
+    has_worker = "worker" in component_spec or "worker" in runtime_config
+    if not (has_leader or has_worker):
+        return SINGLE, 0
+    size = _first(
+        (ISVC, dig(component_spec, ("worker", "size")), ()),
+        (RUNTIME, dig(runtime_config, ("worker", "size")), ()),
+    )
+    workers = size.value if size and isinstance(size.value, int) else 1
+    return GANG, max(workers, 0)
+
+
+def resolve_mode(
+    isvc: Json, runtime: Json | None, component: str, operator: OperatorSettings
+) -> Resolved:
+    """The deployment mode of one component.
+
+    An ``ome.io/deploymentMode`` annotation on the component, or in the
+    runtime, overrides ``spec.deploymentMode`` (min-ready-seconds.txt tells
+    users to remove such annotations to get OMENative).
+    """
+    config = RUNTIME_CONFIG[component]
+    found = _first(
+        (ISVC, dig(isvc, ("spec", component, "annotations", MODE_ANNOTATION)),
+         ("spec", component, "annotations", MODE_ANNOTATION)),
+        (RUNTIME, dig(runtime, ("spec", config, "annotations", MODE_ANNOTATION)),
+         ("spec", config, "annotations", MODE_ANNOTATION)),
+        (RUNTIME, dig(runtime, ("metadata", "annotations", MODE_ANNOTATION)),
+         ("metadata", "annotations", MODE_ANNOTATION)),
+        (ISVC, dig(isvc, ("spec", "deploymentMode")), ("spec", "deploymentMode")),
+        (ISVC, dig(isvc, ("metadata", "annotations", MODE_ANNOTATION)),
+         ("metadata", "annotations", MODE_ANNOTATION)),
+        (OPERATOR, operator.deployment_mode, ()),
+    )
+    return found or Resolved(DEFAULT_MODE, DEFAULT)
+
+
+def _lifecycle_field(
+    name: str, component: str, isvc: Json, runtime: Json | None, operator_value: Any
+) -> Resolved | None:
+    sub = LIFECYCLE_FIELDS[name]
+    isvc_path = ("spec", component, "lifecycle", *sub)
+    runtime_path = ("spec", RUNTIME_CONFIG[component], "lifecycle", *sub)
+    return _first(
+        (ISVC, dig(isvc, isvc_path), isvc_path),
+        (RUNTIME, dig(runtime, runtime_path), runtime_path),
+        (OPERATOR, operator_value, ()),
+    )
+
+
+def resolve_component(
+    isvc: dict[str, Any],
+    runtime: dict[str, Any] | None,
+    component: str,
+    operator: OperatorSettings,
+) -> ComponentLifecycle:
+    """Resolve every lifecycle field of ``component``; pure."""
+    component_spec = dig(isvc, ("spec", component)) or {}
+    runtime_config = dig(runtime, ("spec", RUNTIME_CONFIG[component])) or {}
+    shape, workers = shape_of(component_spec, runtime_config)
+    replicas = _replicas(component_spec, runtime_config)
+    mode = resolve_mode(isvc, runtime, component, operator)
+    # The fields every ComponentLifecycle has, of mixed types: Any lets them be spread.
+    base: dict[str, Any] = {"component": component, "mode": mode, "shape": shape,
+                            "worker_size": workers, "replicas": replicas}
+    if mode.value != OMENATIVE:
+        return ComponentLifecycle(**base)
+    return ComponentLifecycle(**base, fields=_fields(isvc, runtime, component, shape, operator))
+
+
+def _replicas(component_spec: Json, runtime_config: Json) -> int:
+    """Desired Instances: minReplicas (the autoscaler counts Instances), 1 when unset."""
+    found = _first(
+        (ISVC, component_spec.get("minReplicas"), ()),
+        (RUNTIME, runtime_config.get("minReplicas"), ()),
+    )
+    value = found.value if found else 1
+    return value if isinstance(value, int) and value >= 0 else 1
+
+
+def _fields(
+    isvc: Json, runtime: Json | None, component: str, shape: str, operator: OperatorSettings
+) -> dict[str, Resolved]:
+    chart = operator.strategy_for(component)
+
+    def pick(name: str, operator_value: Any = None, default: Any = None) -> Resolved:
+        found = _lifecycle_field(name, component, isvc, runtime, operator_value)
+        return found or Resolved(default, DEFAULT)
+
+    fields: dict[str, Resolved] = {}
+    fields["updateStrategy.type"] = pick("updateStrategy.type", chart.type, SURGE_THEN_DRAIN)
+    strategy = fields["updateStrategy.type"].value
+    fields["updateStrategy.rollingUpdate.partition"] = pick(
+        "updateStrategy.rollingUpdate.partition", default=0
+    )
+    if strategy == SURGE_THEN_DRAIN:
+        fields["updateStrategy.rollingUpdate.maxSurge"] = pick(
+            "updateStrategy.rollingUpdate.maxSurge", chart.max_surge
+        )
+    fields["updateStrategy.rollingUpdate.maxUnavailable"] = pick(
+        "updateStrategy.rollingUpdate.maxUnavailable", chart.max_unavailable
+    )
+    if strategy in IN_PLACE_STRATEGIES:
+        fields["updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle"] = pick(
+            "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle", default=True
+        )
+    fields["minReadySeconds"] = pick("minReadySeconds", operator.min_ready_seconds, 0)
+    # No operator level: the default follows the Instance's shape.
+    fields["restartPolicy"] = pick(
+        "restartPolicy", default="None" if shape == SINGLE else "RecreateInstanceOnPodRestart"
+    )
+    timeout = pick("instanceReadyTimeout", operator.raw.get("lifecycle", {}).get(
+        "instanceReadyTimeout"))
+    fields["instanceReadyTimeout"] = timeout
+    fields["migrationPolicy.mode"] = pick("migrationPolicy.mode", default="Auto")
+    fields.update(_operator_fields(isvc, operator))
+    return fields
+
+
+def _operator_fields(isvc: Json, operator: OperatorSettings) -> dict[str, Resolved]:
+    """Settings with no per-component field; one has a per-service annotation."""
+    raw = operator.raw.get("lifecycle", {})
+
+    def from_operator(key: str) -> Resolved:
+        value = raw.get(key)
+        return Resolved(value, OPERATOR) if value is not None else Resolved(None, DEFAULT)
+
+    history_path = ("metadata", "annotations", HISTORY_ANNOTATION)
+    annotated = dig(isvc, history_path)
+    if annotated is not None:
+        history = Resolved(_as_int(annotated), ISVC, history_path)
+    else:
+        history = from_operator("revisionHistoryLimit")
+    retry = operator.update_retry
+    return {
+        "revisionHistoryLimit": history,
+        "stuckPodGracePeriod": from_operator("stuckPodGracePeriod"),
+        "unschedulableGracePeriod": from_operator("unschedulableGracePeriod"),
+        "repairBatchSize": from_operator("repairBatchSize"),
+        "abandonedReplacementGracePeriod": from_operator("abandonedReplacementGracePeriod"),
+        "updateRetry": Resolved(
+            {"maxAttempts": retry.max_attempts, "initialBackoff": raw["updateRetry"].get(
+                "initialBackoff")} if retry else None,
+            OPERATOR if retry else DEFAULT,
+        ),
+        "autoMigrate.maxAttempts": Resolved(
+            operator.auto_migrate_max_attempts,
+            OPERATOR if operator.auto_migrate_max_attempts is not None else DEFAULT,
+        ),
+    }
+
+
+def _as_int(value: Any) -> Any:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def timeout_seconds(lifecycle: ComponentLifecycle) -> float | None:
+    """instanceReadyTimeout in seconds; None when unset everywhere (no deadline)."""
+    value = lifecycle.value("instanceReadyTimeout")
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except DurationError:
+        return None

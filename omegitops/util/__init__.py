@@ -1,0 +1,3 @@
+"""Utilities below everything: errors, times, quantities, files, copying, garbage-collector
+pauses, optional extras.
+"""

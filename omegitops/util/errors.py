@@ -1,0 +1,31 @@
+"""The project's exception tree. Each error prints as one line for the user."""
+
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+
+class OmegitopsError(Exception):
+    """Base of every error the command line turns into a message and exit code 1."""
+
+
+class InputError(OmegitopsError):
+    """A manifest, values file or repository that cannot be used as given."""
+
+
+class OperatorConfigError(InputError):
+    """An invalid operator setting; stops the run before anything is touched."""
+
+
+class ClusterError(OmegitopsError):
+    """The cluster could not be read or written."""
+
+
+class UsageError(OmegitopsError):
+    """The command line asks for something that cannot be done (exit code 2)."""
+
+
+def print_errors(errors: Iterable[Any]) -> None:
+    """Each error on standard error, as every command prints them: ``error: ...``."""
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
