@@ -658,7 +658,7 @@ def inference_replica_document() -> Schema:
             "updateRevision": revision,
             "conditions": {"type": "array", "items": {"$ref": "#/$defs/Condition"}},
             "rolloutHold": nullable({"$ref": "#/$defs/RolloutHold"}),
-            # Events recorded with the status write and not sent yet (lifecycle/outbox.py),
+            # Events recorded with the status write and not sent yet (model/outbox.py),
             # and the counter that numbers them.
             "eventSequence": count,
             "eventOutbox": {"type": "array", "items": {"$ref": "#/$defs/OutboxEvent"}},

@@ -111,7 +111,7 @@ def observed_kinds(cluster: Cluster) -> list[str]:
 # What a pass keeps of each object of a kind (the others whole), cut as each LIST page
 # is read (or as a watched list is read): a pod only the spec fields it reads, so the
 # fleet's pods held for the pass are half the size; a revision its templates and runtime
-# config as bytes until read (lifecycle/revisions.py).
+# config as bytes until read (render/revisions.py).
 KEPT = {POD: trim_pod, CONTROLLER_REVISION: pack_revision}
 
 

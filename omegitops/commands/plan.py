@@ -4,7 +4,7 @@ The plan is made against a copy: ``sim:PATH`` is copied into a temporary
 directory and the copy is opened (never the file itself, nor its lock); no
 ``--cluster`` means an empty simulated cluster made there, sized to fit the
 repository; ``--base REF`` rebuilds there what the cluster last ran (the
-commit the status report at REF names, else REF itself: ``gitops/base.py``)
+commit the status report at REF names, else REF itself: ``preview/base.py``)
 and plans the change against it; ``kube`` is only observed (no Lease, no
 writes). On a simulated cluster the rollout is then
 run on the same copy to forecast it; a live cluster has no simulator state

@@ -178,7 +178,7 @@ def _pod_field_errors(service: Manifest, runtime: Manifest | None,
                       lifecycle: ComponentLifecycle,
                       templates: dict[str, dict]) -> list[ManifestError]:
     """Fields of a rendered pod the API server refuses on every pass, with its words
-    (``lifecycle/podrules.py``)."""
+    (``model/podrules.py``)."""
     component = lifecycle.component
     for runner, template in templates.items():
         found = podrules.field_problem(template["spec"], template["metadata"])
@@ -244,7 +244,7 @@ def _label_errors(service: Manifest, lifecycle: ComponentLifecycle,
                   templates: dict[str, dict],
                   runtime: Manifest | None = None) -> list[ManifestError]:
     """Label keys and values, annotation keys and container names the API server
-    would refuse, with the rules of ``lifecycle/names.py``; OME's own labels too (the
+    would refuse, with the rules of ``render/names.py``; OME's own labels too (the
     model's name is one)."""
     component = lifecycle.component
     ome = ome_pod_metadata(service.data, runtime.data if runtime else None, component)

@@ -91,7 +91,7 @@ class Event:
     type: str  # Normal or Warning
     reason: str
     message: str
-    # Its number in the InferenceReplica's outbox (lifecycle/outbox.py), once recorded.
+    # Its number in the InferenceReplica's outbox (model/outbox.py), once recorded.
     sequence: int | None = None
 
     def describe(self) -> str:

@@ -165,7 +165,7 @@ class Row:
     revision: str
     operation: Operation | None = None
     last_failure: Json | None = None
-    # The pods as the last pass saw them (lifecycle/pods.py pod_row).
+    # The pods as the last pass saw them (render/pods.py pod_row).
     pods: tuple[Json, ...] = ()
     # The ordinal of a single pod's own pod: 1 after a surge promoted its new pod.
     ordinal: int | None = None

@@ -1040,7 +1040,7 @@ def _check_pod(pod: dict) -> None:
                 if mount.get("name") not in volumes:
                     raise Invalid(f"{object_id('Pod', meta['namespace'], name)}: spec.{key}[{i}]"
                                   f".volumeMounts[{j}].name: Not found: {mount.get('name')!r}")
-    # As the API server: the fields validate refuses (lifecycle/podrules.py).
+    # As the API server: the fields validate refuses (model/podrules.py).
     found = podrules.field_problem(spec, meta) or podrules.duplicate_problem(spec)
     if found:
         what, rule, field = found
