@@ -127,7 +127,7 @@ def commit_message(old: dict | None, new: dict) -> str:
         components = sum(len(s["components"]) for s in new.get("services", []))
         subject = f"{PREFIX}first status report ({components} components)"
         return _join(subject, [], new)
-    moves = component_moves(old, new)
+    moves = component_changes(old, new)
     others = other_changes(old, new)
     if moves:
         noun = "component" if len(moves) == 1 else "components"
@@ -159,7 +159,9 @@ def fit_subject(head: str, items: list[str]) -> str:
 
 
 @dataclass(frozen=True)
-class Move:
+class ComponentChange:
+    """What changed in one component between two reports, for a commit message."""
+
     short: str  # for the subject: the component and its most telling change
     long: str   # for the body: every change
 
@@ -169,7 +171,7 @@ def _components(report: dict) -> dict[tuple[str, str, str], dict]:
             for s in report.get("services", []) for c in s["components"]}
 
 
-def component_moves(old: dict, new: dict) -> list[Move]:
+def component_changes(old: dict, new: dict) -> list[ComponentChange]:
     """What changed per component, in the report's order (added and removed ones too).
 
     The subject drops the namespace to fit 72 characters; the body has it.
@@ -179,10 +181,10 @@ def component_moves(old: dict, new: dict) -> list[Move]:
     for key, component in after.items():
         full, short = _names(key)
         if key not in before:
-            moves.append(Move(f"{short} added", f"{full}: added ({_state(component)})"))
+            moves.append(ComponentChange(f"{short} added", f"{full}: added ({_state(component)})"))
         elif component != before[key]:
             parts = _changes(before[key], component)
-            moves.append(Move(f"{short} {parts[0]}", f"{full}: {', '.join(parts)}"))
+            moves.append(ComponentChange(f"{short} {parts[0]}", f"{full}: {', '.join(parts)}"))
     # A component gone from the repository whose InferenceReplica is still there (a run
     # without --prune keeps its Instances) is orphaned, not removed: it still serves.
     orphaned = set(new.get("unknownReplicas") or [])
@@ -191,10 +193,10 @@ def component_moves(old: dict, new: dict) -> list[Move]:
             continue
         full, short = _names(key)
         if f"{key[0]}/{replica_name(key[1], key[2])}" in orphaned:
-            moves.append(Move(f"{short} orphaned", f"{full}: orphaned, still serving (no "
+            moves.append(ComponentChange(f"{short} orphaned", f"{full}: orphaned, still serving (no "
                               "longer in the repository; --prune tears it down)"))
         else:
-            moves.append(Move(f"{short} removed", f"{full}: removed"))
+            moves.append(ComponentChange(f"{short} removed", f"{full}: removed"))
     return moves
 
 
