@@ -28,6 +28,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterable
@@ -51,6 +52,10 @@ FAULT_ANNOTATION = "faults.omegitops.io/kind"
 # 300 s of toleration) would make a node-loss test take six minutes; these keep
 # the same sequence, shorter.
 NODE_LEASE_SECONDS = 10
+# Service-account tokens live an hour, as a pod's projected token does, and are
+# renewed every twenty minutes (the kubelet renews at 80% of a token's life).
+TOKEN_SECONDS = 3600
+TOKEN_ROTATION_SECONDS = 1200
 NODE_MONITOR_GRACE = "20s"
 EVICTION_TOLERATION_SECONDS = 30
 SERVICE_CIDR = "10.96.0.0/16"
@@ -182,6 +187,11 @@ class ControlPlane(Supervisor):
         self.admin_kubeconfig = self.workdir / "admin.kubeconfig"
         self._admin: k8s.ApiClient | None = None
         self._dynamic: DynamicClient | None = None
+        # The service accounts' token files kept fresh (service_account_kubeconfig).
+        self._rotated: dict[Path, tuple[str, str]] = {}
+        self._rotation: threading.Thread | None = None
+        self._rotation_lock = threading.Lock()
+        self._stopping = threading.Event()
 
     # -- lifetime -----------------------------------------------------------------
 
@@ -197,6 +207,10 @@ class ControlPlane(Supervisor):
         self.started_in = time.monotonic() - started
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._rotation is not None:
+            self._rotation.join(timeout=30)
+            self._rotation = None
         if self._admin is not None:
             self._admin.close()
             self._admin = None
@@ -376,32 +390,69 @@ class ControlPlane(Supervisor):
         run("genrsa", "-out", "sa.key", "2048")
         run("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
 
-    def _write_kubeconfig(self, path: Path, *, token: str, user: str,
-                          namespace: str = "default") -> Path:
+    def _write_kubeconfig(self, path: Path, *, user: str, token: str | None = None,
+                          token_file: Path | None = None, namespace: str = "default") -> Path:
         ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        credentials = {"tokenFile": str(token_file)} if token_file else {"token": token}
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
             "clusters": [{"name": "test", "cluster": {"server": self.url,
                                                       "certificate-authority-data": ca}}],
-            "users": [{"name": user, "user": {"token": token}}],
+            "users": [{"name": user, "user": credentials}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": user,
                                                       "namespace": namespace}}],
         }))
         path.chmod(0o600)
         return path
 
-    def service_account_kubeconfig(self, namespace: str, name: str,
-                                   seconds: int = 3600) -> Path:
-        """A kubeconfig with a token of that ServiceAccount, from the TokenRequest API,
-        as the kubelet mounts one in the job's pod."""
-        request = k8s.AuthenticationV1TokenRequest(
-            spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds))
-        answer = k8s.CoreV1Api(self.admin).create_namespaced_service_account_token(
-            name, namespace, request)
+    def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
+        """A kubeconfig whose ``tokenFile`` holds a token of that ServiceAccount, from the
+        TokenRequest API, kept fresh as the kubelet keeps a pod's projected token: a new
+        token of an hour every twenty minutes, for as long as the control plane runs (a
+        slow suite outlives any one token)."""
+        token_file = self.workdir / f"{namespace}-{name}.token"
+        self.write_service_account_token(token_file, namespace, name)
+        with self._rotation_lock:
+            self._rotated[token_file] = (namespace, name)
+            if self._rotation is None:
+                self._rotation = threading.Thread(target=self._rotate_tokens, daemon=True,
+                                                  name="token-rotation")
+                self._rotation.start()
         path = self.workdir / f"{namespace}-{name}.kubeconfig"
-        return self._write_kubeconfig(path, token=answer.status.token,
+        return self._write_kubeconfig(path, token_file=token_file,
                                       user=f"system:serviceaccount:{namespace}:{name}",
                                       namespace=namespace)
+
+    def write_service_account_token(self, token_file: Path, namespace: str, name: str, *,
+                                    seconds: int = TOKEN_SECONDS,
+                                    bound_secret: str | None = None) -> str:
+        """Request a token of that ServiceAccount and put it in ``token_file`` whole (a
+        reader never sees half a token); bound to a Secret when ``bound_secret`` names
+        one, so that deleting the Secret revokes it. The token."""
+        bound = k8s.V1BoundObjectReference(api_version="v1", kind="Secret",
+                                           name=bound_secret) if bound_secret else None
+        request = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(
+            audiences=[], expiration_seconds=seconds, bound_object_ref=bound))
+        if bound is not None:
+            secret = k8s.CoreV1Api(self.admin).read_namespaced_secret(bound_secret, namespace)
+            bound.uid = secret.metadata.uid
+        answer = k8s.CoreV1Api(self.admin).create_namespaced_service_account_token(
+            name, namespace, request)
+        partial = token_file.with_name(token_file.name + ".new")
+        partial.write_text(answer.status.token)
+        partial.chmod(0o600)
+        partial.replace(token_file)
+        return answer.status.token
+
+    def _rotate_tokens(self) -> None:
+        while not self._stopping.wait(TOKEN_ROTATION_SECONDS):
+            with self._rotation_lock:
+                rotated = dict(self._rotated)
+            for token_file, (namespace, name) in rotated.items():
+                try:
+                    self.write_service_account_token(token_file, namespace, name)
+                except Exception as err:  # noqa: BLE001 - the old token still has 40 min
+                    print(f"control plane: rotating {token_file.name}: {err}", flush=True)
 
     @property
     def admin(self) -> k8s.ApiClient:

@@ -9,12 +9,16 @@ those.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import urllib3
 from kubernetes import config
 from kubernetes.client import ApiClient, Configuration
+from kubernetes.config import kube_config
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import SERVICE_TOKEN_FILENAME
 
+from omegitops.cluster.kube.token import TokenFile
 from omegitops.util.errors import ClusterError
 
 API_ENV = "OMEGITOPS_KUBE_API"
@@ -35,7 +39,7 @@ def connect(context: str | None) -> ApiClient:
         return plain_client(url)
     configuration = Configuration()
     try:
-        config.load_kube_config(context=context, client_configuration=configuration)
+        token_file = _load_kubeconfig(context, configuration)
     except (ConfigException, FileNotFoundError) as err:
         if context is not None:
             raise ClusterError(f"kube:{context}: {err}") from err
@@ -44,7 +48,27 @@ def connect(context: str | None) -> ApiClient:
         except ConfigException as incluster:
             raise ClusterError(f"kube: no kubeconfig ({err}) and not in a cluster "
                                f"({incluster})") from incluster
+        token_file = Path(SERVICE_TOKEN_FILENAME)
+    if token_file is not None:
+        # The kubelet rotates a pod's token; a kubeconfig's tokenFile may be kept fresh
+        # by another process: read it again as client-go does (token.py).
+        TokenFile(token_file).install(configuration)
     return ApiClient(_tuned(configuration))
+
+
+def _load_kubeconfig(context: str | None, configuration: Configuration) -> Path | None:
+    """Load kubeconfig (``$KUBECONFIG`` or ~/.kube/config) into ``configuration``; the
+    token file its user names (``tokenFile``, relative to the kubeconfig's folder), if
+    any."""
+    loader = kube_config._get_kube_config_loader(
+        filename=kube_config.KUBE_CONFIG_DEFAULT_LOCATION,
+        active_context=context, persist_config=True)
+    loader.load_and_set(configuration)
+    user = loader._user
+    name = user.safe_get("tokenFile") if user is not None else None
+    if not name:  # a file wins over an inline token, in client-go as here
+        return None
+    return Path(loader._get_base_path(user.path)) / name
 
 
 def _tuned(configuration: Configuration) -> Configuration:

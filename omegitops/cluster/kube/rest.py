@@ -48,6 +48,7 @@ from omegitops.cluster.errors import (
     Transient,
 )
 from omegitops.cluster.kube.access import REVIEW_PATH, permission_of, review_body
+from omegitops.cluster.kube.token import TokenFile
 from omegitops.util.errors import ClusterError
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,10 @@ class Rest:
             try:
                 return self._send(method, path, query, body, content_type, counted_as)
             except HttpError as err:
+                if err.status == 401 and attempt < self.retry.attempts and \
+                        self._token_renewed():
+                    log.debug("%s %s: token refused, read again from its file", method, path)
+                    continue  # at once: the new token is in place
                 unconfirmed = err.status == 403 and not _admission(err) and \
                     not self._confirmed_forbidden(err)
                 if unconfirmed and attempt == self.retry.attempts:
@@ -148,6 +153,11 @@ class Rest:
             self.retry.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _token_renewed(self) -> bool:
+        """After a 401: whether the token's file holds a new token to try (token.py)."""
+        hook = getattr(self.client.configuration, "refresh_api_key_hook", None)
+        return isinstance(hook, TokenFile) and hook.expire()
 
     def _confirmed_forbidden(self, err: HttpError) -> bool:
         """Whether a SelfSubjectAccessReview confirms the 403: RBAC does not grant the
