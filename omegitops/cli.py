@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 from omegitops import __version__
+from omegitops.app.stopping import Interrupted, interrupted_by, orderly_stop
 from omegitops.commands import COMMANDS
 from omegitops.util.errors import OmegitopsError, UsageError
 
@@ -79,11 +81,32 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:  # a usage error (2), or --help and --version (0)
         return stop.code if isinstance(stop.code, int) else 2
     _log_to_stderr(logging.DEBUG if args.verbose else logging.INFO)
+    with orderly_stop() as stop:
+        if stop.signum is not None:  # before the command started
+            print(f"omegitops: interrupted by {signal.Signals(stop.signum).name}",
+                  file=sys.stderr)
+            return 128 + stop.signum
+        code = _run(args)
+    if stop.signum is not None and code < 128:
+        # A signal that came while the run finished its writes (app/stopping.py).
+        print(f"omegitops: stopped by {signal.Signals(stop.signum).name} once what was under "
+              "way had been written", file=sys.stderr)
+        return 128 + stop.signum
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code = args.func(args)
         # A reader that went away (`| head -1`) shows here, not in Python's flush at exit.
         sys.stdout.flush()
         return code
+    except (KeyboardInterrupt, Interrupted) as stop_signal:
+        # Outside the passes, which stop in order by themselves (app/run.py).
+        signum = interrupted_by(stop_signal)
+        print(f"omegitops: interrupted by {signal.Signals(signum).name}",
+              file=sys.stderr)
+        return 128 + signum
     except UsageError as err:
         print(f"omegitops: error: {err}", file=sys.stderr)
         return 2

@@ -8,16 +8,14 @@ the passes that obey it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from omegitops.app.passes import MANAGED, PassResult, Pruning, component_key, run_pass
+from omegitops.app.stopping import Interrupted, defer_signals, interrupted_by
 from omegitops.app.untilidle import IDLE, PASS_LIMIT, run_until_idle
 from omegitops.cluster.base import INFERENCE_REPLICA, Cluster
 from omegitops.cluster.errors import LeaseLost
@@ -76,39 +74,28 @@ class RunOutcome:
         return f"{self.passes} pass" if self.passes == 1 else f"{self.passes} passes"
 
 
-class Interrupted(BaseException):
-    """SIGTERM (a pod's termination, a CI job's cancellation), handled like Ctrl-C: a
-    BaseException as KeyboardInterrupt is, so that no error boundary of one component
-    (``except Exception``) takes it for that component's failure and goes on."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 def run_passes(cluster: Cluster, items: list[ServiceComponent], loaded: Loaded, *,
                until_idle: bool, max_seconds: float, prune: Pruning | None,
                refused: bool = False) -> RunOutcome:
     """The run's passes on ``cluster``; what they applied is kept (a simulated cluster
     saves it) whatever stops them, and the InferenceReplicas they left are listed.
 
-    A signal stops the passes; further ones are then ignored, so that the save and the
-    report are not cut short: call it inside ``signal_handlers_restored()``."""
+    A signal stops the passes; later ones wait for the save and the report (inside
+    ``app.stopping.orderly_stop()``, as the command line runs every command)."""
     outcome = RunOutcome(failed=refused)
     progress = _Progress(outcome, loaded, items)
     try:
-        with _terminate_as_interrupt():
-            if until_idle:
-                _until_idle(cluster, items, max_seconds, prune, progress, outcome)
-            else:
-                progress(run_pass(cluster, items, prune))
+        if until_idle:
+            _until_idle(cluster, items, max_seconds, progress, outcome, prune)
+        else:
+            progress(run_pass(cluster, items, prune))
     except (KeyboardInterrupt, Interrupted) as stop_signal:
-        # What the passes applied stays applied (and, on sim:, saved: the cluster
-        # is left normally); a pass cut here is one the next run carries on from.
-        outcome.interrupted = getattr(stop_signal, "signum", signal.SIGINT)
-        # Stopping is under way: a second Ctrl-C (or SIGTERM) must not cut the save
-        # and the report short, or the two would disagree.
-        _ignore_further_signals()
+        # What the passes applied stays applied (and, on sim:, saved: the cluster is
+        # left normally); a pass cut here is one the next run carries on from.
+        outcome.interrupted = interrupted_by(stop_signal)
+    # From here on a signal waits: the save and the report must not be cut short, or
+    # the two would disagree (app/stopping.py).
+    defer_signals()
     # What the passes applied is kept whatever fails after them (the report, say):
     # a simulated cluster saves it now, as a real one holds it already.
     save = getattr(cluster, "save", None)
@@ -127,8 +114,8 @@ def run_passes(cluster: Cluster, items: list[ServiceComponent], loaded: Loaded, 
 
 
 def _until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds: float,
-                prune: Pruning | None, progress: Callable[[PassResult], None],
-                outcome: RunOutcome) -> None:
+                progress: Callable[[PassResult], None], outcome: RunOutcome,
+                prune: Pruning | None) -> None:
     try:
         stop = run_until_idle(cluster, items, max_seconds, progress, prune)
     except LeaseLost as err:
@@ -197,43 +184,3 @@ class _Progress:
         else:
             log.warning("InferenceReplica %s: its component is no longer in the "
                         "repository; --prune tears it down", orphan)
-
-
-@contextlib.contextmanager
-def signal_handlers_restored() -> Iterator[None]:
-    """The signal handlers as they were before the run, after it."""
-    main = threading.current_thread() is threading.main_thread()
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main \
-        else {}
-    try:
-        yield
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-
-
-def _ignore_further_signals() -> None:
-    """Ignore SIGINT and SIGTERM from now on (for the rest of the run, which is stopping)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """While the passes run, SIGTERM raises ``Interrupted`` as SIGINT raises
-    KeyboardInterrupt, so both stop the run the same way: keep what was applied,
-    write the report, exit 128 + the signal's number."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: object) -> None:
-        raise Interrupted(signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from omegitops.app.run import RunOutcome, pruning, run_passes, signal_handlers_restored
+from omegitops.app.run import RunOutcome, pruning, run_passes
 from omegitops.app.shards import Shard
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.errors import LockHeld
@@ -160,9 +160,9 @@ def _size_a_new_simulated_cluster(spec: str, fleet) -> None:
 
 def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: str,
                revision: str | None = None, shard: Shard | None = None) -> int:
-    """The run's passes, report and table; the signal handlers as they were, after."""
+    """The run's passes, report and table."""
     prune, refused = pruning(args.prune, loaded)
-    with signal_handlers_restored(), open_cluster(args.cluster, shard=shard) as cluster:
+    with open_cluster(args.cluster, shard=shard) as cluster:
         outcome = run_passes(cluster, items, loaded, until_idle=args.until_idle,
                              max_seconds=args.max_seconds, prune=prune, refused=refused)
         if report_dir:

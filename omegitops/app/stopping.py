@@ -1,0 +1,96 @@
+"""How a run stops on SIGINT or SIGTERM, at any moment.
+
+The first signal stops what is under way: SIGINT raises KeyboardInterrupt and
+SIGTERM (a pod's termination, a CI job's cancellation) raises ``Interrupted``, both
+BaseExceptions, so that no error boundary of one component (``except Exception``)
+takes it for that component's failure. The passes catch it (``app/run.py``); before
+the first pass nothing was applied and the command stops there. Every later signal,
+and every signal once the passes are over (``defer``), is only recorded: what the
+passes applied is saved, the report written and pushed, and the run then exits
+128 + the first signal's number. A signal never cuts the save, the report or the
+push in half, and never ends in a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+from omegitops.util import earlysignals
+
+log = logging.getLogger("omegitops")
+
+SIGNALS = earlysignals.SIGNALS
+
+
+class Interrupted(BaseException):
+    """SIGTERM, handled as Ctrl-C is: a BaseException, as KeyboardInterrupt is."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class OrderlyStop:
+    """The process's SIGINT and SIGTERM handlers while a command runs."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None  # the first signal received
+        self.deferring = False
+        self._previous: dict[int, object] = {}
+
+    def defer(self) -> None:
+        """From now on a signal is recorded, not raised: the run finishes its writes."""
+        self.deferring = True
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        first = self.signum is None
+        if first:
+            self.signum = signum
+        if self.deferring:
+            if first:
+                log.warning("%s received: finishing the writes under way, then stopping",
+                            signal.Signals(signum).name)
+            return
+        # One exception per run: whatever comes next waits for the writes to finish.
+        self.deferring = True
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Interrupted(signum)
+
+
+_active: OrderlyStop | None = None
+
+
+@contextlib.contextmanager
+def orderly_stop() -> Iterator[OrderlyStop]:
+    """Handle SIGINT and SIGTERM as above while the block runs (in the main thread; a
+    command run from another thread keeps the handlers it has)."""
+    global _active
+    stop = OrderlyStop()
+    # A signal while the program started: the command does not start.
+    stop.signum = earlysignals.take()
+    main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, stop._handle) for s in SIGNALS} if main else {}
+    outer, _active = _active, stop
+    try:
+        yield stop
+    finally:
+        _active = outer
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def defer_signals() -> None:
+    """The passes are over (or were stopped): signals now wait for the writes."""
+    if _active is not None:
+        _active.defer()
+
+
+def interrupted_by(err: BaseException) -> int:
+    """The signal a KeyboardInterrupt or ``Interrupted`` stands for."""
+    return getattr(err, "signum", signal.SIGINT)
