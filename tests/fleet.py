@@ -30,9 +30,14 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                   workers: int | None = None, values: dict | None = None,
                   grace: int | None = None, annotations: dict | None = None,
                   name: str = "svc", worker_env: dict[str, str] | None = None,
-                  gates: list[str] | None = None, namespace: str = "demo") -> Path:
-    """One runtime and one OMENative service ``<namespace>/<name>`` with an engine."""
+                  gates: list[str] | None = None, namespace: str = "demo",
+                  host_port: int | None = None) -> Path:
+    """One runtime and one OMENative service ``<namespace>/<name>`` with an engine;
+    ``host_port``: on the host network, serving on that port, as the catalogue's RDMA
+    and prefill/decode runtimes do."""
     config: dict[str, Any] = {"tolerations": TOLERATIONS}
+    if host_port is not None:
+        config["hostNetwork"] = True
     if grace is not None:
         config["terminationGracePeriodSeconds"] = grace
     if annotations:
@@ -41,6 +46,8 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
         config["schedulingGates"] = [{"name": gate} for gate in gates]
     if workers is None:
         config["runner"] = runner(image, env)
+        if host_port is not None:
+            config["runner"]["ports"] = [{"name": "http", "containerPort": host_port}]
     else:
         config["leader"] = {"runner": runner(image, env)}
         config["worker"] = {"size": workers,

@@ -21,21 +21,49 @@ from omegitops.util.quantities import parse_milli
 
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 POD_SLOT = "pods"
+# A host port a pod binds is counted as a resource every node has one of
+# ("hostport:TCP/8080"): two pods that bind the same port never share a node, as
+# kube-scheduler's NodePorts filter keeps them apart. The host IP is not told apart:
+# two pods on one port are kept apart even when they bind different addresses.
+HOST_PORT = "hostport:"
+ONE = 1000
+PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"
+
+
+def is_host_port(name: str) -> bool:
+    return name.startswith(HOST_PORT)
 
 
 def pod_requests(pod: dict) -> dict[str, int]:
     """Milli-unit requests of a pod: containers summed, init containers as their maximum.
 
     A container's limit counts as its request when it sets no request, as the
-    API server defaults it. Every pod also takes one of the node's pod slots.
+    API server defaults it. Every pod also takes one of the node's pod slots, and one of
+    each host port it binds (``HOST_PORT``).
     """
     spec = pod.get("spec", {})
     total = _sum(spec.get("containers") or [])
     for init in spec.get("initContainers") or []:
         for name, amount in _container_requests(init).items():
             total[name] = max(total.get(name, 0), amount)
-    total[POD_SLOT] = 1000
+    total[POD_SLOT] = ONE
+    for port in host_ports(spec):
+        total[port] = ONE
     return total
+
+
+def host_ports(spec: dict) -> list[str]:
+    """The host ports a pod binds, as ``HOST_PORT`` names. A hostNetwork pod binds each
+    container port on the node: the API server defaults its ``hostPort`` to the
+    ``containerPort`` (SetDefaults_PodSpec), so a port left without one counts too."""
+    ports = set()
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        for port in container.get("ports") or []:
+            number = port.get("hostPort") or (port.get("containerPort")
+                                              if spec.get("hostNetwork") else None)
+            if number:
+                ports.add(f"{HOST_PORT}{port.get('protocol') or 'TCP'}/{number}")
+    return sorted(ports)
 
 
 def _sum(containers: list[dict]) -> dict[str, int]:
@@ -94,8 +122,13 @@ def failures(pod: dict, requests: dict[str, int], room: NodeRoom) -> list[str]:
 
 
 def _insufficient(requests: dict[str, int], room: NodeRoom) -> list[str]:
+    # NodePorts runs before NodeResourcesFit, and a node reports its first failure.
+    if any(is_host_port(name) and room.used.get(name, 0) for name in requests):
+        return [PORTS_TAKEN]
     reasons = []
     for name, amount in requests.items():
+        if is_host_port(name):
+            continue
         if amount and room.used.get(name, 0) + amount > room.allocatable.get(name, 0):
             reasons.append("Too many pods" if name == POD_SLOT else f"Insufficient {name}")
     return reasons

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from omegitops.capacity.nodes import GPU, tolerates
-from omegitops.capacity.scheduler import POD_SLOT, pod_requests
+from omegitops.capacity.scheduler import ONE, POD_SLOT, is_host_port, pod_requests
 from omegitops.util.quantities import parse_milli
 
 # A node of the default pools (nodes.make_node): what it offers, in milli-units.
@@ -88,14 +88,15 @@ def _packed_nodes(requests: list[dict[str, int]], gpus: int) -> int:
     free: list[dict[str, int]] = []
     for request in order:
         for room in free:
-            if all(room.get(k, 0) >= v for k, v in request.items() if k in capacity):
+            if all(room.get(k, ONE if is_host_port(k) else 0) >= v for k, v in request.items()
+                   if k in capacity or is_host_port(k)):
                 break
         else:
             room = dict(capacity)
             free.append(room)
         for k, v in request.items():
-            if k in room:
-                room[k] -= v
+            if k in room or is_host_port(k):
+                room[k] = room.get(k, ONE) - v
     return len(free)
 
 
@@ -121,4 +122,6 @@ def nodes_for(requests: dict[str, int], count: int) -> int:
     node = node_for(requests)
     per_node = min(node[name] // amount for name, amount in requests.items()
                    if amount and name in node)
+    if any(is_host_port(name) for name in requests):
+        per_node = 1  # a host port is bound once on a node
     return -(-count // max(per_node, 1))

@@ -238,6 +238,7 @@ class SimCluster(Cluster):
         if key in self._objects[base.POD]:
             raise AlreadyExists(f"{object_id('Pod', namespace, name)} already exists")
         self._fill_metadata(pod)
+        _default_host_ports(pod["spec"])
         pod["status"] = {"phase": "Pending"}
         rec = new_pod_record(pod, pod_requests(pod))
         uid = pod["metadata"]["uid"]
@@ -1020,6 +1021,17 @@ def _fresh_cluster_state(pools: list[NodePool], podgroups: bool) -> dict:
         cluster_nodes[name] = node
         state["sim"]["nodes"][name] = {"images": {}, "downSince": None, "next": None}
     return state
+
+
+def _default_host_ports(spec: dict) -> None:
+    """As the API server defaults a hostNetwork pod: each container port's ``hostPort``
+    is its ``containerPort`` (SetDefaults_PodSpec)."""
+    if not spec.get("hostNetwork"):
+        return
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        for port in container.get("ports") or []:
+            if not port.get("hostPort") and port.get("containerPort"):
+                port["hostPort"] = port["containerPort"]
 
 
 def _check_pod(pod: dict) -> None:
