@@ -57,9 +57,8 @@ def recreate(work: Work, row: Row, retarget: bool) -> Row:
         # raised it when it opened.
         raised = retarget and not operation.retry
         row = row.but(revision=target or row.revision, ordinal=None,
-                      incarnation=row.incarnation + raised,
-                      operation=replace(operation, step=Step.CREATE_PODS,
-                                        target_revision=target))
+                      incarnation=row.incarnation + raised).step_to(
+                          Step.CREATE_PODS, target_revision=target)
     return bring_up(work, row)
 
 
