@@ -73,6 +73,40 @@ def test_garbage_in_a_replicas_status_is_named_and_rebuilt_from_the_pods(tmp_pat
         assert replica["status"]["readyReplicas"] == 2
 
 
+def test_a_row_at_a_step_its_operation_never_takes_is_rebuilt_from_the_pods(tmp_path, cli):
+    """A status edited by hand to hold a Create at HandOver (a Surge's step): every name
+    is known, but no operation stands there, and the Instance would sit in Creating for
+    good. The row is refused (StatusUnreadable, naming the field) and rebuilt from the
+    pods: the Instance is Ready again, and no pod is made or deleted for it."""
+    from omegitops.model.replica import decode_rows, encode_rows
+
+    repo = write_service(tmp_path / "repo", replicas=2)
+    sim = f"sim:{tmp_path / 'cluster.json'}"
+    assert cli("reconcile", "--repo", str(repo), "--cluster", sim, "--until-idle")[0] == 0
+    with SimCluster(tmp_path / "cluster.json") as cluster:
+        (replica,) = cluster.list_objects("InferenceReplica")
+        rows = decode_rows(replica["status"]["instances"])
+        rows[1].update(phase="Creating", operation={
+            "type": "Create", "step": "HandOver", "startedAt": "2026-01-01T00:00:00Z"})
+        replica["status"]["instances"] = encode_rows(rows)
+        cluster.replace_status(replica)
+        before = sorted(p["metadata"]["uid"] for p in cluster.list_pods())
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", sim, "--until-idle",
+                       "--max-seconds", "600")
+    assert code == 0, err
+    with SimCluster(tmp_path / "cluster.json") as cluster:
+        events = [e["message"] for e in cluster.list_objects("Event")
+                  if e["reason"] == "StatusUnreadable"]
+        after = sorted(p["metadata"]["uid"] for p in cluster.list_pods())
+        (replica,) = cluster.list_objects("InferenceReplica")
+    assert any("status.instances[1].operation.step: 'HandOver' is not a step of "
+               "operation Create" in m for m in events), events
+    assert after == before
+    assert replica["status"]["readyReplicas"] == 2
+    assert [r["phase"] for r in decode_rows(replica["status"]["instances"])] == \
+        ["Ready", "Ready"]
+
+
 QUOTA = ('pods "svc-engine-0-default-1" is forbidden: exceeded quota: pods, requested: '
          'pods=1, used: pods=1, limited: pods=1')
 

@@ -11,6 +11,7 @@ revision instead (lifecycle/missing.py says why).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from omegitops.lifecycle.failures import check_instance, ended_failure, wait_gone
@@ -34,33 +35,49 @@ def recreate(work: Work, row: Row, retarget: bool) -> Row:
     """Unroute, DeletePods, WaitGone, then bring the Instance up again under the same
     names, one incarnation higher: at the newest revision for an update
     (``retarget``), at the revision it runs for a restart."""
+    teardown = TEARDOWN_STEPS.get(row.op.step)
+    return bring_up(work, row) if teardown is None else teardown(work, row, retarget)
+
+
+def _unroute(work: Work, row: Row, retarget: bool) -> Row:
+    work.route(work.pods_of(row.index), False)
+    return row.step_to(Step.DELETE_PODS)
+
+
+def _delete_pods(work: Work, row: Row, retarget: bool) -> Row:
+    work.delete_unrouted(work.pods_of(row.index))
+    return row.step_to(Step.WAIT_GONE)
+
+
+def _wait_gone(work: Work, row: Row, retarget: bool) -> Row:
     operation = row.op
     pods = work.pods_of(row.index)
-    if operation.step == Step.UNROUTE:
-        work.route(pods, False)
-        return row.step_to(Step.DELETE_PODS)
-    if operation.step == Step.DELETE_PODS:
+    if pods:
+        # A pass cut short after recording WaitGone may have deleted only some of the
+        # pods (or none): delete the rest, as a Delete does, or this waits forever.
         work.delete_unrouted(pods)
-        return row.step_to(Step.WAIT_GONE)
-    if operation.step == Step.WAIT_GONE:
-        if pods:
-            # A pass cut short after recording WaitGone may have deleted only some of the
-            # pods (or none): delete the rest, as a Delete does, or this waits forever.
-            work.delete_unrouted(pods)
-            work.wake(min(P.deletion_deadline(p) or work.now for p in pods))
-            row, failure = wait_gone(work, row, pods)
-            return row if failure is None else fail_operation(work, row, failure)
-        # Nothing of the Instance is left: an update builds it at the newest revision.
-        target = work.desired.revision if retarget else operation.target_revision
-        # An update that deletes and recreates the pods raises the incarnation once; a
-        # retry rebuilds a Failed Instance, which keeps it (instances.txt). A restart
-        # raised it when it opened.
-        raised = retarget and not operation.retry
-        row = row.but(revision=target or row.revision, ordinal=None,
-                      incarnation=row.incarnation + raised,
-                      operation=replace(operation, step=Step.CREATE_PODS,
-                                        target_revision=target))
+        work.wake(min(P.deletion_deadline(p) or work.now for p in pods))
+        row, failure = wait_gone(work, row, pods)
+        return row if failure is None else fail_operation(work, row, failure)
+    # Nothing of the Instance is left: an update builds it at the newest revision.
+    target = work.desired.revision if retarget else operation.target_revision
+    # An update that deletes and recreates the pods raises the incarnation once; a
+    # retry rebuilds a Failed Instance, which keeps it (instances.txt). A restart
+    # raised it when it opened.
+    raised = retarget and not operation.retry
+    row = row.but(revision=target or row.revision, ordinal=None,
+                  incarnation=row.incarnation + raised).step_to(
+                      Step.CREATE_PODS, target_revision=target)
     return bring_up(work, row)
+
+
+# The teardown's steps (a Drain update's and a whole Instance's restart); the bring-up
+# takes the others.
+TEARDOWN_STEPS: dict[Step, Callable[[Work, Row, bool], Row]] = {
+    Step.UNROUTE: _unroute,
+    Step.DELETE_PODS: _delete_pods,
+    Step.WAIT_GONE: _wait_gone,
+}
 
 
 def fail_operation(work: Work, row: Row, failure: Json) -> Row:
@@ -86,29 +103,38 @@ def out_of_rotation(work: Work, row: Row) -> None:
 def bring_up(work: Work, row: Row) -> Row:
     """CreatePods, WaitReady, WaitAvailable; a failure leaves the Instance Failed,
     still holding its operation."""
-    instance = work.instance(row)
-    what = "restart" if row.op.type == OperationType.RESTART else "update"
     recycled = recycle_ended(work, row)
     if recycled is not None:
         return recycled
     if row.op.step == Step.CREATE_PODS and not ended_pods(work, row):
-        if clear_leftovers(work, row):
-            row, failure = wait_gone(work, row, work.pods_of(row.index))
-            return row if failure is None else fail_operation(work, row, failure)
-        ready, row = ready_to_build(work, row)
-        if not ready:
-            return row
-        # A restart of one pod keeps the Instance's ordinal (1 after a single-pod surge);
-        # recreate() has already reset it to 0 for a whole-Instance rebuild.
-        created = work.create_pods(row, row.revision, row.incarnation, row.own_ordinal,
-                                   instance.pods)
-        return row if created else row.step_to(Step.WAIT_READY)
+        return _build(work, row)
     row, failure = check_instance(work, row)
     if failure is not None:
         return fail_operation(work, row, failure)
     if row.op.step == Step.WAIT_READY:
         return enter_rotation_when_ready(work, row)
-    done = finish_when_available(work, row, "restarted" if what == "restart" else "updated")
+    return _built_when_available(work, row)
+
+
+def _build(work: Work, row: Row) -> Row:
+    """CreatePods: once what is left of the Instance is gone, its missing pods."""
+    pods = work.instance(row).pods
+    if clear_leftovers(work, row):
+        row, failure = wait_gone(work, row, work.pods_of(row.index))
+        return row if failure is None else fail_operation(work, row, failure)
+    ready, row = ready_to_build(work, row)
+    if not ready:
+        return row
+    # A restart of one pod keeps the Instance's ordinal (1 after a single-pod surge);
+    # recreate() has already reset it to 0 for a whole-Instance rebuild.
+    created = work.create_pods(row, row.revision, row.incarnation, row.own_ordinal, pods)
+    return row if created else row.step_to(Step.WAIT_READY)
+
+
+def _built_when_available(work: Work, row: Row) -> Row:
+    """WaitAvailable: Ready, the retries forgotten, once available."""
+    verb = "restarted" if row.op.type == OperationType.RESTART else "updated"
+    done = finish_when_available(work, row, verb)
     return row if done is None else done.but(attempts=None, retry_at=None)
 
 
@@ -241,18 +267,22 @@ def step_restart(work: Work, row: Row) -> Row:
     """A whole-Instance restart is a teardown and a bring-up; under restartPolicy None
     only the failed or missing pod goes (deleting what ended), then what is missing is
     created."""
-    operation = row.op
-    if operation.mode == Mode.INSTANCE:
+    if row.op.mode == Mode.INSTANCE:
         return recreate(work, row, retarget=False)
-    if operation.step in (Step.UNROUTE, Step.DELETE_PODS, Step.WAIT_GONE):
-        ended = [p for p in work.own_pods(row) if P.has_ended(p) or P.is_terminating(p)]
-        for pod in ended:
-            if not P.is_terminating(pod):
-                work.delete(pod, 0)
-        if ended:
-            row = row.step_to(Step.WAIT_GONE)
-            work.wake(min(P.deletion_deadline(p) or work.now for p in ended))
-            row, failure = wait_gone(work, row, ended)
-            return row if failure is None else fail_operation(work, row, failure)
-        row = row.step_to(Step.CREATE_PODS)
+    if row.op.step in (Step.UNROUTE, Step.WAIT_GONE):
+        return _pod_gone(work, row)
     return bring_up(work, row)
+
+
+def _pod_gone(work: Work, row: Row) -> Row:
+    """Unroute, WaitGone of one pod's restart: the ended pod goes, then CreatePods."""
+    ended = [p for p in work.own_pods(row) if P.has_ended(p) or P.is_terminating(p)]
+    for pod in ended:
+        if not P.is_terminating(pod):
+            work.delete(pod, 0)
+    if ended:
+        row = row.step_to(Step.WAIT_GONE)
+        work.wake(min(P.deletion_deadline(p) or work.now for p in ended))
+        row, failure = wait_gone(work, row, ended)
+        return row if failure is None else fail_operation(work, row, failure)
+    return bring_up(work, row.step_to(Step.CREATE_PODS))

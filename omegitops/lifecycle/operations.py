@@ -8,6 +8,8 @@ Each step function moves one Instance by at most one step per pass:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from omegitops.lifecycle.bringup import (
     clear_leftovers,
     enter_rotation_when_ready,
@@ -37,44 +39,69 @@ def open_delete(work: Work, row: Row, why: str) -> Row:
     return step_delete(work, row)[0]
 
 
+def _create_pods(work: Work, row: Row) -> Row:
+    if clear_leftovers(work, row):
+        return row
+    ready, row = ready_to_build(work, row)
+    if not ready:
+        return row
+    created = work.create_pods(row, row.revision, row.incarnation, row.own_ordinal,
+                               work.instance(row).pods)
+    # The old pods are gone: these are the new ones.
+    return row.with_op(fresh=False) if created else row.step_to(Step.WAIT_READY, fresh=False)
+
+
+def _create_wait_available(work: Work, row: Row) -> Row:
+    return finish_when_available(work, row, "ready") or row
+
+
+# A Create's steps (model/steps.py has which follows which).
+CREATE_STEPS: dict[Step, Callable[[Work, Row], Row]] = {
+    Step.CREATE_PODS: _create_pods,
+    Step.WAIT_READY: enter_rotation_when_ready,
+    Step.WAIT_AVAILABLE: _create_wait_available,
+}
+
+
 def step_create(work: Work, row: Row) -> Row:
-    step = row.op.step
-    if step == Step.CREATE_PODS:
-        if clear_leftovers(work, row):
-            return row
-        ready, row = ready_to_build(work, row)
-        if not ready:
-            return row
-        created = work.create_pods(row, row.revision, row.incarnation, row.own_ordinal,
-                                   work.instance(row).pods)
-        # The old pods are gone: these are the new ones.
-        return row.with_op(fresh=False) if created else row.step_to(Step.WAIT_READY,
-                                                                     fresh=False)
-    if step == Step.WAIT_READY:
-        return enter_rotation_when_ready(work, row)
-    if step == Step.WAIT_AVAILABLE:
-        return finish_when_available(work, row, "ready") or row
-    return row
+    return CREATE_STEPS[row.op.step](work, row)
+
+
+def _delete_unroute(work: Work, row: Row) -> Row:
+    work.route(work.pods_of(row.index), False)
+    return row.step_to(Step.DELETE_PODS)
+
+
+def _delete_pods(work: Work, row: Row) -> Row:
+    # A replacement that never served goes fast.
+    work.delete_unrouted(work.pods_of(row.index), row.op.abandon_grace)
+    return row.step_to(Step.WAIT_GONE)
+
+
+def _delete_wait_gone(work: Work, row: Row) -> Row | None:
+    """None once every pod is gone: the row leaves the record."""
+    pods = work.pods_of(row.index)
+    if pods:
+        work.delete_unrouted(pods, row.op.abandon_grace)  # a pod that appeared meanwhile
+        work.wake(min((P.deletion_deadline(p) or work.now) for p in pods))
+        return _overdue(work, row)
+    # Its PodGroup goes with the row (planner: left_podgroups), whatever removed it.
+    work.event("Normal", "InstanceDeleted", row.index, "deleted")
+    return None
+
+
+# A Delete's steps.
+DELETE_STEPS: dict[Step, Callable[[Work, Row], Row | None]] = {
+    Step.UNROUTE: _delete_unroute,
+    Step.DELETE_PODS: _delete_pods,
+    Step.WAIT_GONE: _delete_wait_gone,
+}
 
 
 def step_delete(work: Work, row: Row) -> tuple[Row, Outcome]:
     """Unroute, delete once unrouted, and drop the row when every pod is gone."""
-    operation = row.op
-    pods = work.pods_of(row.index)
-    if operation.step == Step.UNROUTE:
-        work.route(pods, False)
-        return row.step_to(Step.DELETE_PODS), Outcome.KEPT
-    grace = operation.abandon_grace  # a replacement that never served goes fast
-    if operation.step == Step.DELETE_PODS:
-        work.delete_unrouted(pods, grace)
-        return row.step_to(Step.WAIT_GONE), Outcome.KEPT
-    if pods:
-        work.delete_unrouted(pods, grace)  # a pod that appeared meanwhile goes too
-        work.wake(min((P.deletion_deadline(p) or work.now) for p in pods))
-        return _overdue(work, row), Outcome.KEPT
-    # Its PodGroup goes with the row (planner: left_podgroups), whatever removed it.
-    work.event("Normal", "InstanceDeleted", row.index, "deleted")
-    return row, Outcome.GONE
+    stepped = DELETE_STEPS[row.op.step](work, row)
+    return (row, Outcome.GONE) if stepped is None else (stepped, Outcome.KEPT)
 
 
 def _overdue(work: Work, row: Row) -> Row:

@@ -1,24 +1,30 @@
 """The step machine: which handler moves an Instance's operation, and how far a pass
 takes it.
 
-Each operation's steps, in order (the shared bring-up and teardown live in
+Each operation's steps, in order (rendered from model/steps.py's ``SEQUENCES``, which
+also holds the moves besides the next step; the shared bring-up and teardown live in
 lifecycle/bringup.py):
 
-=========================  ======================================================
-(type, mode)               steps
-=========================  ======================================================
-(Create, -)                CreatePods, WaitReady, WaitAvailable
-(Delete, -)                Unroute, DeletePods, WaitGone
-(Restart, Instance)        Unroute, DeletePods, WaitGone, CreatePods, WaitReady,
-                           WaitAvailable
-(Restart, Pod)             WaitGone (the failed pod), CreatePods, WaitReady,
-                           WaitAvailable
-(Update, Drain)            Unroute, DeletePods, WaitGone, CreatePods, WaitReady,
-                           WaitAvailable
-(Update, InPlace)          Unroute, PatchImages, WaitReady, WaitAvailable
-(Update, Surge)            SurgeCreate, SurgeWaitReady, SurgeWaitAvailable, HandOver,
-                           DrainOld, WaitDrained (Abandon when its target is withdrawn)
-=========================  ======================================================
+====================  ================================================================
+(type, mode)          steps
+====================  ================================================================
+(Create, -)           CreatePods, WaitReady, WaitAvailable
+(Delete, -)           Unroute, DeletePods, WaitGone
+(Restart, Instance)   Unroute, DeletePods, WaitGone, CreatePods, WaitReady,
+                      WaitAvailable
+(Restart, Pod)        Unroute, WaitGone, CreatePods, WaitReady, WaitAvailable
+(Update, Drain)       Unroute, DeletePods, WaitGone, CreatePods, WaitReady,
+                      WaitAvailable
+(Update, InPlace)     Unroute, PatchImages, WaitReady, WaitAvailable
+(Update, Surge)       SurgeCreate, SurgeWaitReady, SurgeWaitAvailable, HandOver,
+                      DrainOld, WaitDrained; side: Abandon
+====================  ================================================================
+
+A handler is chosen by (type, mode) here, and each takes the step the operation
+stands at from its own table of one small function a step (``CREATE_STEPS``,
+``DELETE_STEPS`` in lifecycle/operations.py, ``TEARDOWN_STEPS`` in lifecycle/bringup.py,
+the surge's and the in-place update's in lifecycle/updates.py). An operation moves
+only through ``Row.step_to``, which refuses a move the table does not allow.
 
 A Failed Instance takes no step: it keeps its operation for inspection until a
 retry, a reset or a new revision moves it.
@@ -67,13 +73,16 @@ def _step_creating(work: Work, row: Row) -> Row:
     return step_create(work, row)
 
 
-# The handler of each operation type; an Update's and a Restart's handlers choose by
-# mode (lifecycle/updates.py, lifecycle/bringup.py).
-HANDLERS: dict[OperationType, Callable[[Work, Row], Stepped]] = {
-    OperationType.CREATE: _kept(_step_creating),
-    OperationType.DELETE: step_delete,
-    OperationType.RESTART: _kept(step_restart),
-    OperationType.UPDATE: step_update,
+# The handler of each (type, mode) of model/steps.py's table; an Update's choose by
+# step (and a surge by whether the Instance is a gang) in lifecycle/updates.py.
+HANDLERS: dict[tuple[OperationType, Mode | None], Callable[[Work, Row], Stepped]] = {
+    (OperationType.CREATE, None): _kept(_step_creating),
+    (OperationType.DELETE, None): step_delete,
+    (OperationType.RESTART, Mode.INSTANCE): _kept(step_restart),
+    (OperationType.RESTART, Mode.POD): _kept(step_restart),
+    (OperationType.UPDATE, Mode.DRAIN): step_update,
+    (OperationType.UPDATE, Mode.IN_PLACE): step_update,
+    (OperationType.UPDATE, Mode.SURGE): step_update,
 }
 
 
@@ -132,7 +141,7 @@ def step(work: Work, row: Row) -> Stepped:
         row, failed = _refused_past_deadline(work, row)
         if failed:
             return row, Outcome.KEPT
-    return HANDLERS[row.op.type](work, row)
+    return HANDLERS[row.op.type, row.op.mode](work, row)
 
 
 def _refused_past_deadline(work: Work, row: Row) -> tuple[Row, bool]:

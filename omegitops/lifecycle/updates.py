@@ -16,7 +16,8 @@ surge does when its target revision is withdrawn.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from omegitops.lifecycle.bringup import (
     finish_when_available,
@@ -49,11 +50,13 @@ from omegitops.model.state import (
     Step,
     Strategy,
 )
+from omegitops.model.steps import SEQUENCES
 from omegitops.render import pods as P
+from omegitops.render.instance import InstancePods
 from omegitops.render.templates import DEFAULT, LABEL_REVISION, OPERATION_ANNOTATION
 
-FIRST_STEP = {Mode.SURGE: Step.SURGE_CREATE, Mode.DRAIN: Step.UNROUTE,
-              Mode.IN_PLACE: Step.UNROUTE}
+FIRST_STEP = {mode: SEQUENCES[OperationType.UPDATE, mode].first()
+              for mode in (Mode.SURGE, Mode.DRAIN, Mode.IN_PLACE)}
 SURGE_ABANDONED, GANG_SURGE_ABANDONED = "SurgeAbandoned", "GangSurgeAbandoned"
 
 
@@ -140,6 +143,19 @@ def _surge_pods(work: Work, row: Row) -> tuple[list[Json], list[Json]]:
     return mine, [p for p in at_ordinal if p not in mine]
 
 
+@dataclass(frozen=True, slots=True)
+class _SurgePods:
+    """What a single pod's surge step reads: its target, the new pods this attempt made
+    (and those of them still live), the pods an earlier attempt left at the surge
+    ordinal, and the Instance's own (old) pods."""
+
+    target: str
+    mine: list[Json]
+    new_live: list[Json]
+    stale: list[Json]
+    old: InstancePods
+
+
 def _surge_single(work: Work, row: Row) -> Row:
     operation = row.op
     target = _target(operation)
@@ -153,42 +169,74 @@ def _surge_single(work: Work, row: Row) -> Row:
     # A withdrawn target is abandoned at once, unless the old pod is gone and a ready
     # new pod is all the Instance has: then it promotes on the revision it was built for.
     promote_anyway = not old.live and any(P.containers_ready(p) for p in new_live)
-    step = operation.step
-    if step == Step.ABANDON or (superseded and not handed_over and not promote_anyway):
+    if operation.step == Step.ABANDON or (superseded and not handed_over
+                                          and not promote_anyway):
         return _abandon_single(work, row, mine)
-    if step == Step.SURGE_CREATE:
-        if stale:
-            # The start evicts what an earlier attempt left before it creates anything.
-            for pod in stale:
-                work.delete(pod)
-            work.wake(min(P.deletion_deadline(p) or work.now for p in stale))
-            # A pod whose node stopped reporting holds the name past its grace: named,
-            # and the attempt fails at its deadline (the old pod keeps serving).
-            row, failure = wait_gone(work, row, stale)
-            return row if failure is None else surge_failed(work, row, failure, new_live)
-        if work.create_pods(row, target, row.incarnation, operation.ordinal or 0, mine,
-                            operation):
-            return row
-        return row.step_to(Step.SURGE_WAIT_READY)
-    if not handed_over:
+    pods = _SurgePods(target, mine, new_live, stale, old)
+    if operation.step != Step.SURGE_CREATE and not handed_over:
         checked, failure = check_pods(work, operation, mine)
         row = row.but(operation=checked)
         if failure is not None:
             return surge_failed(work, row, failure, new_live)
-    if step == Step.SURGE_WAIT_READY:
-        if new_live and all(P.containers_ready(p) for p in new_live):
-            work.route(new_live, True)
-            return row.step_to(Step.SURGE_WAIT_AVAILABLE, served=True)
+    return SINGLE_SURGE_STEPS[operation.step](work, row, pods)
+
+
+def _single_surge_create(work: Work, row: Row, pods: _SurgePods) -> Row:
+    operation = row.op
+    if pods.stale:
+        # The start evicts what an earlier attempt left before it creates anything.
+        for pod in pods.stale:
+            work.delete(pod)
+        work.wake(min(P.deletion_deadline(p) or work.now for p in pods.stale))
+        # A pod whose node stopped reporting holds the name past its grace: named,
+        # and the attempt fails at its deadline (the old pod keeps serving).
+        row, failure = wait_gone(work, row, pods.stale)
+        return row if failure is None else surge_failed(work, row, failure, pods.new_live)
+    if work.create_pods(row, pods.target, row.incarnation, operation.ordinal or 0, pods.mine,
+                        operation):
         return row
-    if step == Step.SURGE_WAIT_AVAILABLE:
-        # A pass cut short after recording this step may not have put the new pod into
-        # rotation: do it now (as finish_when_available does), or this waits forever.
+    return row.step_to(Step.SURGE_WAIT_READY)
+
+
+def _single_surge_wait_ready(work: Work, row: Row, pods: _SurgePods) -> Row:
+    new_live = pods.new_live
+    if new_live and all(P.containers_ready(p) for p in new_live):
         work.route(new_live, True)
-        return row.step_to(Step.HAND_OVER) if _available(work, new_live) else row
-    drained = _drain_source(work, row, old.live, old.pods)
+        return row.step_to(Step.SURGE_WAIT_AVAILABLE, served=True)
+    return row
+
+
+def _single_surge_wait_available(work: Work, row: Row, pods: _SurgePods) -> Row:
+    # A pass cut short after recording this step may not have put the new pod into
+    # rotation: do it now (as finish_when_available does), or this waits forever.
+    work.route(pods.new_live, True)
+    return row.step_to(Step.HAND_OVER) if _available(work, pods.new_live) else row
+
+
+def _single_hand_over(work: Work, row: Row, pods: _SurgePods) -> Row:
+    return _hand_over(work, row, pods.old.live)
+
+
+def _single_drain_old(work: Work, row: Row, pods: _SurgePods) -> Row:
+    return _drain_old(work, row, pods.old.pods)
+
+
+def _single_wait_drained(work: Work, row: Row, pods: _SurgePods) -> Row:
+    drained = _wait_drained(work, row, pods.old.pods)
     if drained is not None:
         return drained
-    return _finish(work, row.but(ordinal=operation.ordinal), target)
+    return _finish(work, row.but(ordinal=row.op.ordinal), pods.target)
+
+
+# A single pod's surge, by step (Abandon is _abandon_single's, before these).
+SINGLE_SURGE_STEPS: dict[Step, Callable[[Work, Row, _SurgePods], Row]] = {
+    Step.SURGE_CREATE: _single_surge_create,
+    Step.SURGE_WAIT_READY: _single_surge_wait_ready,
+    Step.SURGE_WAIT_AVAILABLE: _single_surge_wait_available,
+    Step.HAND_OVER: _single_hand_over,
+    Step.DRAIN_OLD: _single_drain_old,
+    Step.WAIT_DRAINED: _single_wait_drained,
+}
 
 
 def _available(work: Work, pods: list[Json]) -> bool:
@@ -203,16 +251,22 @@ def _available(work: Work, pods: list[Json]) -> bool:
     return False
 
 
-def _drain_source(work: Work, row: Row, live: list[Json], listed: list[Json]) -> Row | None:
-    """HandOver, DrainOld, WaitDrained: shared by single pods and gangs. The row at its
-    next step, or None once the source's pods are gone and the update may end."""
-    operation = row.op
-    if operation.step == Step.HAND_OVER:
-        work.route(live, False)
-        return row.step_to(Step.DRAIN_OLD, handed_over=True)
-    if operation.step == Step.DRAIN_OLD:
-        work.delete_unrouted(listed)
-        return row.step_to(Step.WAIT_DRAINED)
+# HandOver, DrainOld, WaitDrained: shared by single pods and gangs.
+
+
+def _hand_over(work: Work, row: Row, live: list[Json]) -> Row:
+    work.route(live, False)
+    return row.step_to(Step.DRAIN_OLD, handed_over=True)
+
+
+def _drain_old(work: Work, row: Row, listed: list[Json]) -> Row:
+    work.delete_unrouted(listed)
+    return row.step_to(Step.WAIT_DRAINED)
+
+
+def _wait_drained(work: Work, row: Row, listed: list[Json]) -> Row | None:
+    """The row while the source's pods go; None once they are gone and the update may
+    end."""
     if listed:
         # A pass cut short after recording WaitDrained (a failed write, a killed job) may
         # have deleted only some of the pods: delete the rest (terminating ones are skipped),
@@ -332,19 +386,9 @@ def _lowest_free_index(work: Work) -> int:
 def _surge_gang(work: Work, row: Row) -> tuple[Row, Outcome]:
     operation = row.op
     target = _target(operation)
-    step = operation.step
+    if operation.step == Step.SURGE_CREATE:
+        return _gang_surge_create(work, row, target), Outcome.KEPT
     source = work.instance(row)
-    if step == Step.SURGE_CREATE:
-        # As a single pod's start evicts what an earlier attempt left, a gang's waits
-        # until an abandoned replacement of an earlier attempt is gone.
-        if any(r.surge_of == row.index for r in work.rows.values()):
-            return row, Outcome.KEPT
-        index = _lowest_free_index(work)
-        replacement = new_row(index, 1, target, Phase.CREATING,
-                              work.operation(OperationType.CREATE, Step.CREATE_PODS))
-        work.put(replacement.but(surge_of=row.index))
-        work.put(step_create(work, work.rows[index]))
-        return row.step_to(Step.SURGE_WAIT_READY, replacement=index), Outcome.KEPT
     found = work.rows.get(operation.replacement) if operation.replacement is not None \
         else None
     handed_over = operation.handed_over
@@ -360,33 +404,85 @@ def _surge_gang(work: Work, row: Row) -> tuple[Row, Outcome]:
         return (_abandon_gang(work, row, replacement, "Normal",
                               _superseded_message(work, row)), Outcome.KEPT)
     if not handed_over and replacement.phase == Phase.FAILED:
-        failure = replacement.last_failure or {}
-        message = (f"abandoned surge to {target}: replacement Instance {replacement.index} "
-                   f"failed: {failure.get('reason', 'Failed')}; the old Instance keeps serving")
-        row = _abandon_gang(work, row, replacement, "Warning", message)
-        return (record_failure(work, row, target,
-                               failure or {"reason": "Failed", "message": ""}), Outcome.KEPT)
-    if step == Step.SURGE_WAIT_READY:
-        if (replacement.operation is not None
-                and replacement.operation.step == Step.WAIT_AVAILABLE) or (
-                replacement.phase == Phase.READY):
-            return row.step_to(Step.SURGE_WAIT_AVAILABLE), Outcome.KEPT
-        return row, Outcome.KEPT
-    if step == Step.SURGE_WAIT_AVAILABLE:
-        if replacement.phase == Phase.READY:
-            return row.step_to(Step.HAND_OVER), Outcome.KEPT
-        return row, Outcome.KEPT
-    if step == Step.HAND_OVER and _stopped_serving(work, replacement):
+        return _replacement_failed(work, row, replacement, target), Outcome.KEPT
+    # A gang never stands at Abandon (a single pod's side step): a row edited there is
+    # drained as at WaitDrained.
+    handler = GANG_SURGE_STEPS.get(operation.step, _gang_wait_drained)
+    return handler(work, row, replacement, source)
+
+
+def _gang_surge_create(work: Work, row: Row, target: str) -> Row:
+    """A whole replacement Instance, at the lowest free index, created in this pass."""
+    # As a single pod's start evicts what an earlier attempt left, a gang's waits
+    # until an abandoned replacement of an earlier attempt is gone.
+    if any(r.surge_of == row.index for r in work.rows.values()):
+        return row
+    index = _lowest_free_index(work)
+    replacement = new_row(index, 1, target, Phase.CREATING,
+                          work.operation(OperationType.CREATE, Step.CREATE_PODS))
+    work.put(replacement.but(surge_of=row.index))
+    work.put(step_create(work, work.rows[index]))
+    return row.step_to(Step.SURGE_WAIT_READY, replacement=index)
+
+
+def _replacement_failed(work: Work, row: Row, replacement: Row, target: str) -> Row:
+    failure = replacement.last_failure or {}
+    message = (f"abandoned surge to {target}: replacement Instance {replacement.index} "
+               f"failed: {failure.get('reason', 'Failed')}; the old Instance keeps serving")
+    row = _abandon_gang(work, row, replacement, "Warning", message)
+    return record_failure(work, row, target, failure or {"reason": "Failed", "message": ""})
+
+
+def _gang_wait_ready(work: Work, row: Row, replacement: Row,
+                     source: InstancePods) -> tuple[Row, Outcome]:
+    if (replacement.operation is not None
+            and replacement.operation.step == Step.WAIT_AVAILABLE) or (
+            replacement.phase == Phase.READY):
+        return row.step_to(Step.SURGE_WAIT_AVAILABLE), Outcome.KEPT
+    return row, Outcome.KEPT
+
+
+def _gang_wait_available(work: Work, row: Row, replacement: Row,
+                         source: InstancePods) -> tuple[Row, Outcome]:
+    if replacement.phase == Phase.READY:
+        return row.step_to(Step.HAND_OVER), Outcome.KEPT
+    return row, Outcome.KEPT
+
+
+def _gang_hand_over(work: Work, row: Row, replacement: Row,
+                    source: InstancePods) -> tuple[Row, Outcome]:
+    if _stopped_serving(work, replacement):
         # Not handed over yet: the source keeps serving while the replacement recovers.
         return row.step_to(Step.SURGE_WAIT_AVAILABLE), Outcome.KEPT
-    drained = _drain_source(work, row, source.live, work.pods_of(row.index))
+    return _hand_over(work, row, source.live), Outcome.KEPT
+
+
+def _gang_drain_old(work: Work, row: Row, replacement: Row,
+                    source: InstancePods) -> tuple[Row, Outcome]:
+    return _drain_old(work, row, work.pods_of(row.index)), Outcome.KEPT
+
+
+def _gang_wait_drained(work: Work, row: Row, replacement: Row,
+                       source: InstancePods) -> tuple[Row, Outcome]:
+    drained = _wait_drained(work, row, work.pods_of(row.index))
     if drained is not None:
         return drained, Outcome.KEPT
     # The replacement takes the source's place: the source leaves the record.
     work.put(replacement.but(surge_of=None))
     work.event("Normal", "InstanceUpdated", row.index,
-               f"replaced by Instance {replacement.index} on {target}")
+               f"replaced by Instance {replacement.index} on {_target(row.op)}")
     return row, Outcome.GONE
+
+
+# A gang's surge past its SurgeCreate, by step.
+GANG_SURGE_STEPS: dict[Step, Callable[[Work, Row, Row, InstancePods],
+                                       tuple[Row, Outcome]]] = {
+    Step.SURGE_WAIT_READY: _gang_wait_ready,
+    Step.SURGE_WAIT_AVAILABLE: _gang_wait_available,
+    Step.HAND_OVER: _gang_hand_over,
+    Step.DRAIN_OLD: _gang_drain_old,
+    Step.WAIT_DRAINED: _gang_wait_drained,
+}
 
 
 def _stopped_serving(work: Work, replacement: Row) -> bool:
@@ -442,9 +538,6 @@ def _target_images(work: Work, revision: str) -> dict[str, str]:
 def _in_place(work: Work, row: Row) -> Row:
     operation = row.op
     step = operation.step
-    instance = work.instance(row)
-    mark = work.lifecycle.value(
-        "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle", True)
     target = _target(operation)
     if step in (Step.UNROUTE, Step.PATCH_IMAGES) and not work.has_templates(target):
         # Nothing patched yet, and nothing tells the target's images any more (its
@@ -453,39 +546,62 @@ def _in_place(work: Work, row: Row) -> Row:
             f"revision {target} has no ControllerRevision, so its images cannot be set in "
             f"place; recreating the Instance at {work.desired.revision}"))
         return _drain(work, row.step_to(Step.UNROUTE, mode=Mode.DRAIN))
-    if step == Step.UNROUTE:
-        if mark:
-            work.route(instance.live, False)
-        return row.step_to(Step.PATCH_IMAGES)
-    if step == Step.PATCH_IMAGES:
+    if step in (Step.WAIT_READY, Step.WAIT_AVAILABLE):
+        row, failure = check_instance(work, row)
+        if failure is not None:
+            out_of_rotation(work, row)
+            work.event("Warning", "UpdateFailed", row.index,
+                       f"in-place update to {row.revision} failed: {failure['reason']}")
+            return record_failure(work, row.but(phase=Phase.FAILED), row.revision, failure)
+    return IN_PLACE_STEPS[step](work, row, target)
+
+
+def _in_place_unroute(work: Work, row: Row, target: str) -> Row:
+    mark = work.lifecycle.value(
+        "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle", True)
+    if mark:
+        work.route(work.instance(row).live, False)
+    return row.step_to(Step.PATCH_IMAGES)
+
+
+def _in_place_patch(work: Work, row: Row, target: str) -> Row:
+    _patch_images(work, work.instance(row).live, target)
+    return row.but(revision=target).step_to(Step.WAIT_READY)
+
+
+def _in_place_wait_ready(work: Work, row: Row, target: str) -> Row:
+    instance = work.instance(row)
+    # A pass cut short after recording WaitReady (a failed write, a killed job) may
+    # not have patched every pod: patch what still lacks the images, or this waits
+    # for them until the deadline (forever without one). With the target's
+    # ControllerRevision gone since, the patched pods' own images are the target's.
+    if work.has_templates(target):
         _patch_images(work, instance.live, target)
-        return row.but(revision=target).step_to(Step.WAIT_READY)
-    row, failure = check_instance(work, row)
-    if failure is not None:
-        out_of_rotation(work, row)
-        work.event("Warning", "UpdateFailed", row.index,
-                   f"in-place update to {row.revision} failed: {failure['reason']}")
-        return record_failure(work, row.but(phase=Phase.FAILED), row.revision, failure)
-    if step == Step.WAIT_READY:
-        # A pass cut short after recording WaitReady (a failed write, a killed job) may
-        # not have patched every pod: patch what still lacks the images, or this waits
-        # for them until the deadline (forever without one). With the target's
-        # ControllerRevision gone since, the patched pods' own images are the target's.
-        if work.has_templates(target):
-            _patch_images(work, instance.live, target)
-        elif _never_patched(instance.live, target):
-            # Recorded, then cut short before the patch, and the target's images are
-            # unknown now (its ControllerRevision deleted): the update never reached the
-            # pods. The Instance stays on the revision they run, and moves again.
-            work.route(instance.live, True)
-            return row.but(revision=P.revision_of(instance.live[0]), operation=None,
-                           phase=Phase.READY)
-        if instance.containers_ready() and all(
-                _runs_images(p, _images_for(work, target, p)) for p in instance.live):
-            work.route(instance.live, True)
-            return row.step_to(Step.WAIT_AVAILABLE)
-        return row
+    elif _never_patched(instance.live, target):
+        # Recorded, then cut short before the patch, and the target's images are
+        # unknown now (its ControllerRevision deleted): the update never reached the
+        # pods. The Instance stays on the revision they run, and moves again.
+        work.route(instance.live, True)
+        return row.but(revision=P.revision_of(instance.live[0]), operation=None,
+                       phase=Phase.READY)
+    if instance.containers_ready() and all(
+            _runs_images(p, _images_for(work, target, p)) for p in instance.live):
+        work.route(instance.live, True)
+        return row.step_to(Step.WAIT_AVAILABLE)
+    return row
+
+
+def _in_place_wait_available(work: Work, row: Row, target: str) -> Row:
     return finish_when_available(work, row, "updated in place") or row
+
+
+# An in-place update's steps.
+IN_PLACE_STEPS: dict[Step, Callable[[Work, Row, str], Row]] = {
+    Step.UNROUTE: _in_place_unroute,
+    Step.PATCH_IMAGES: _in_place_patch,
+    Step.WAIT_READY: _in_place_wait_ready,
+    Step.WAIT_AVAILABLE: _in_place_wait_available,
+}
 
 
 def _never_patched(pods: list[Json], target: str) -> bool:

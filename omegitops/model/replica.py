@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from omegitops.model.state import Json, Mode, OperationType, Phase, Step
+from omegitops.model.steps import on_table, sequence
 from omegitops.util.copying import json_copy
 
 API_VERSION = "ome.io/v1beta1"
@@ -176,6 +177,22 @@ def _row_problem(row: Any) -> str | None:
             break
         if (value is not None or name != "mode") and value not in _NAMES[name]:
             return f"operation.{name}: {value!r} is not an operation {name} omegitops knows"
+    if operation:
+        return _off_table(operation)
+    return None
+
+
+def _off_table(operation: Json) -> str | None:
+    """What is wrong with a known type, mode and step that no operation combines (the
+    step table, model/steps.py): an Instance holding it would never move again."""
+    kind = OperationType(operation["type"])
+    mode = None if operation.get("mode") is None else Mode(operation["mode"])
+    step = Step(operation["step"])
+    if sequence(kind, mode) is None:
+        return f"operation.mode: {operation.get('mode')!r} is not a mode of operation {kind}"
+    if not on_table(kind, mode, step):
+        return (f"operation.step: {step.value!r} is not a step of operation {kind}"
+                + (f" in mode {mode}" if mode else ""))
     return None
 
 

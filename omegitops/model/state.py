@@ -1,6 +1,7 @@
 """An Instance's recorded state: its row in the InferenceReplica's status and the
-operation it holds, as typed values, and the names of phases, operations and steps,
-each defined once here.
+operation it holds, as typed values, and the names of phases and strategies (those of
+operations, modes and steps are model/steps.py's, beside the table of which step
+follows which; they are imported from here too).
 
 Both are frozen values. A row is read from the status once (``Row.from_storage``);
 each step returns a new row (``Row.but``, ``Row.step_to``) and never changes the one
@@ -17,6 +18,11 @@ from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import Any
 
+from omegitops.model.steps import Mode, OperationType, Step, check_move, on_table
+
+__all__ = ["Json", "Mode", "Operation", "OperationType", "Outcome", "Phase", "Row", "Step",
+           "Strategy"]
+
 # Raw Kubernetes JSON (a pod, a condition, a failure record): kept as the API gives it.
 Json = dict[str, Any]
 
@@ -31,49 +37,6 @@ class Phase(StrEnum):
     RESTARTING = "Restarting"
     DELETING = "Deleting"
     FAILED = "Failed"
-
-
-class OperationType(StrEnum):
-    """What an Instance is doing (DESIGN.md §4)."""
-
-    CREATE = "Create"
-    UPDATE = "Update"
-    RESTART = "Restart"
-    DELETE = "Delete"
-
-
-class Mode(StrEnum):
-    """How an operation moves the Instance: an Update surges, drains or patches in
-    place; a Restart rebuilds the whole Instance or only its failed pod."""
-
-    SURGE = "Surge"
-    DRAIN = "Drain"
-    IN_PLACE = "InPlace"
-    INSTANCE = "Instance"
-    POD = "Pod"
-
-
-class Step(StrEnum):
-    """The steps operations go through; which follow which is in lifecycle/steps.py."""
-
-    # Bring-up, shared by Create, a Drain update and a Restart.
-    CREATE_PODS = "CreatePods"
-    WAIT_READY = "WaitReady"
-    WAIT_AVAILABLE = "WaitAvailable"
-    # Teardown, shared by Delete, a Drain update and a Restart.
-    UNROUTE = "Unroute"
-    DELETE_PODS = "DeletePods"
-    WAIT_GONE = "WaitGone"
-    # InPlace.
-    PATCH_IMAGES = "PatchImages"
-    # Surge.
-    SURGE_CREATE = "SurgeCreate"
-    SURGE_WAIT_READY = "SurgeWaitReady"
-    SURGE_WAIT_AVAILABLE = "SurgeWaitAvailable"
-    HAND_OVER = "HandOver"
-    DRAIN_OLD = "DrainOld"
-    WAIT_DRAINED = "WaitDrained"
-    ABANDON = "Abandon"
 
 
 class Strategy(StrEnum):
@@ -133,6 +96,9 @@ class Operation:
         values.update(type=OperationType(stored["type"]), step=Step(stored["step"]))
         if "mode" in values:
             values["mode"] = Mode(values["mode"])
+        if not on_table(values["type"], values.get("mode"), values["step"]):
+            raise ValueError(f"no {values['type']} operation in mode {values.get('mode')} "
+                             f"stands at {values['step']}")
         if "stuck" in values:
             values["stuck"] = dict(values["stuck"])
         return cls(**values)
@@ -197,11 +163,19 @@ class Row:
         return replace(self, **changes)
 
     def step_to(self, step: Step, **changes: Any) -> Row:
-        """This row with its operation at ``step`` and ``changes`` to the operation."""
-        return replace(self, operation=replace(self.op, step=step, **changes))
+        """This row with its operation at ``step`` and ``changes`` to the operation: the
+        one way an operation moves, and only as the step table allows (``OffTable``
+        otherwise; a ``mode`` among the changes moves it to that mode's sequence)."""
+        operation = self.op
+        check_move(operation.type, operation.mode, operation.step,
+                   changes.get("mode", operation.mode), step)
+        return replace(self, operation=replace(operation, step=step, **changes))
 
     def with_op(self, **changes: Any) -> Row:
-        """This row with ``changes`` to its operation."""
+        """This row with ``changes`` to its operation, which stays at its step (a move
+        is ``step_to``'s)."""
+        if _MOVES.intersection(changes):
+            raise TypeError(f"with_op does not move an operation: {sorted(changes)}")
         return replace(self, operation=replace(self.op, **changes))
 
     @classmethod
@@ -233,6 +207,9 @@ class Row:
             stored[key] = list(value) if isinstance(value, tuple) else value
         return stored
 
+
+# What only ``Row.step_to`` changes on an operation that goes on.
+_MOVES = frozenset(("type", "mode", "step"))
 
 # Each field's name in the stored status.
 _OPERATION_KEYS = {
