@@ -78,9 +78,19 @@ def surge_in_use(work: Work) -> tuple[int, list[str], list[float]]:
                     notes.append(f"Terminating pod {pod['metadata']['name']} still counts "
                                  "against the surge budget until its deletion grace elapses")
             elif not owned:
-                notes.append(f"extra pod {pod['metadata']['name']} holds a surge slot until a "
-                             "start on its Instance replaces it")
+                notes.append(_extra_pod_note(row, pod, own))
     return slots, notes, frees
+
+
+def _extra_pod_note(row: Row, pod: Json, own: int) -> str:
+    """Why a live pod beyond its Instance holds a surge slot, in the hold's reason: the
+    pod of an Instance being removed (scaled away or torn down) until it is gone, or a
+    failed attempt's leftover until a start on its Instance replaces it."""
+    name = pod["metadata"]["name"]
+    if not own:
+        return (f"pod {name} of Instance {row.index}, which is being removed, holds a "
+                "surge slot until it is gone")
+    return f"extra pod {name} holds a surge slot until a start on its Instance replaces it"
 
 
 def extras(work: Work, row: Row, pods: list[Json], own: int) -> list[Json]:
