@@ -30,7 +30,8 @@ from omegitops.manifests.yamlfile import (
 from omegitops.model.ids import ResourceId
 from omegitops.util.files import shown_path
 
-API_VERSION = "ome.io/v1beta1"
+OME_GROUP = "ome.io"
+API_VERSION = f"{OME_GROUP}/v1beta1"
 INFERENCE_SERVICE = "InferenceService"
 SERVING_RUNTIME = "ServingRuntime"
 CLUSTER_SERVING_RUNTIME = "ClusterServingRuntime"
@@ -388,13 +389,23 @@ def _classify(repo: Repository, rel: str, doc: Document, normalized: bool = Fals
     metadata = data.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     group = api_version.split("/")[0]
-    if group == "ome.io" and kind not in MANAGED_KINDS + OTHER_OME_KINDS:
+    if group == OME_GROUP and kind not in MANAGED_KINDS + OTHER_OME_KINDS:
         close = difflib.get_close_matches(kind, MANAGED_KINDS + OTHER_OME_KINDS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         repo.errors.append(ManifestError(
             rel, doc.line_of(("kind",)), f"unknown ome.io kind {kind!r}{hint}", field="kind"))
         return
-    if kind not in MANAGED_KINDS or group != "ome.io":
+    if group != OME_GROUP and (kind in MANAGED_KINDS or group.lower() == OME_GROUP):
+        # An object of ours under a mistyped group (``ome.oi``, ``OME.io``) is not some
+        # other tool's object to skip: skipped, it would read as deleted, and --prune
+        # would tear the running service down. API groups are lower case, so a group
+        # that differs from ome.io only in case is a typo whatever its kind.
+        repo.errors.append(ManifestError(
+            rel, doc.line_of(("apiVersion",)),
+            _clip(f"{kind} with apiVersion {api_version!r} is not read: its apiVersion "
+                  f"must be {API_VERSION!r}{_group_hint(group)}", MAX_SHOWN["message"]), field="apiVersion"))
+        return
+    if kind not in MANAGED_KINDS or group != OME_GROUP:
         repo.skipped.append(Skipped(rel, doc.line, api_version, kind, str(name or "")))
         return
     if api_version != API_VERSION:
@@ -437,6 +448,13 @@ def _classify(repo: Repository, rel: str, doc: Document, normalized: bool = Fals
         if not isinstance(namespace, str):
             namespace = str(namespace)
     repo.manifests.append(Manifest(ResourceId(kind, namespace, name), rel, doc))
+
+
+def _group_hint(group: str) -> str:
+    """`` (is 'ome.oi' a typo of 'ome.io'?)`` for a group a typo away from it."""
+    close = group.lower() == OME_GROUP or difflib.get_close_matches(
+        group.lower(), [OME_GROUP], n=1, cutoff=0.6)
+    return f" (is {group!r} a typo of {OME_GROUP!r}?)" if close else ""
 
 
 def _shown(value: Any) -> str:

@@ -1,0 +1,117 @@
+"""Bad input, round four: nothing a repository holds deletes a running service,
+crashes a run, or costs unbounded work; each file's error names its line and
+field, and the other files are still read."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from omegitops.cluster.sim import SimCluster
+from omegitops.manifests.repository import read_repository
+from tests.conftest import EXAMPLES, write_repo
+
+SERVICE = "services/llama-demo/llama-chat.yaml"
+
+
+def examples_repo(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    return repo
+
+
+def edit(path, old, new):
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def pods(cluster):
+    with SimCluster(cluster) as sim:
+        return {p["metadata"]["name"] for p in sim.list_pods()}
+
+
+# 1. A managed kind under another API group is an error, never "skipped".
+
+@pytest.mark.parametrize("api_version", [
+    "ome.oi/v1beta1", "OME.io/v1beta1", "Ome.Io/v1beta1", "serving.example.com/v1beta1",
+    "v1beta1", "ome.io.example/v1beta1",
+])
+@pytest.mark.parametrize("kind", ["InferenceService", "ServingRuntime",
+                                  "ClusterServingRuntime"])
+def test_a_managed_kind_under_another_group_is_an_error(tmp_path, api_version, kind):
+    write_repo(tmp_path, {"a.yaml": f"""
+        # comment
+        apiVersion: {api_version}
+        kind: {kind}
+        metadata:
+          name: x
+        """, "b.yaml": """
+        apiVersion: ome.io/v1beta1
+        kind: ClusterServingRuntime
+        metadata:
+          name: other
+        """})
+    repo = read_repository(tmp_path)
+    assert not repo.skipped
+    [error] = repo.errors
+    assert (error.path, error.line, error.field) == ("a.yaml", 2, "apiVersion")
+    assert f"{kind} with apiVersion {api_version!r} is not read" in error.message
+    assert "'ome.io/v1beta1'" in error.message
+    assert [m.id.name for m in repo.manifests] == ["other"]
+
+
+def test_a_near_miss_group_is_named_as_a_typo(tmp_path):
+    write_repo(tmp_path, {"a.yaml": """
+        apiVersion: ome.oi/v1beta1
+        kind: InferenceService
+        metadata: {name: x}
+        """})
+    [error] = read_repository(tmp_path).errors
+    assert "(is 'ome.oi' a typo of 'ome.io'?)" in error.message
+
+
+def test_an_other_ome_kind_in_the_wrong_case_is_an_error_and_other_groups_are_skipped(
+        tmp_path):
+    write_repo(tmp_path, {"a.yaml": """
+        apiVersion: OME.io/v1beta1
+        kind: BaseModel
+        metadata: {name: x}
+        ---
+        apiVersion: serving.kserve.io/v1beta1
+        kind: Predictor
+        metadata: {name: y}
+        """})
+    repo = read_repository(tmp_path)
+    assert [e.line for e in repo.errors] == [1]
+    assert [s.kind for s in repo.skipped] == ["Predictor"]
+
+
+def test_validate_fails_on_a_mistyped_group(tmp_path, cli):
+    repo = examples_repo(tmp_path)
+    edit(repo / SERVICE, "apiVersion: ome.io/v1beta1", "apiVersion: ome.oi/v1beta1")
+    code, out, _ = cli("validate", "--repo", str(repo))
+    assert code == 1
+    assert f"{SERVICE}:6: apiVersion: InferenceService with apiVersion 'ome.oi/v1beta1'" \
+        in out
+    assert "llama-chat " not in out.split("skipped")[-1]
+
+
+@pytest.mark.parametrize("group", ["ome.oi", "OME.io"])
+def test_a_mistyped_group_refuses_pruning_and_the_service_keeps_running(
+        tmp_path, cli, group):
+    repo = examples_repo(tmp_path)
+    cluster = tmp_path / "c.json"
+    args = ("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}", "--until-idle")
+    code, _, err = cli(*args)
+    assert code == 0, err
+    running = {p for p in pods(cluster) if p.startswith("llama-chat-")}
+    assert running
+    edit(repo / SERVICE, "apiVersion: ome.io/v1beta1", f"apiVersion: {group}/v1beta1")
+    code, _, err = cli(*args, "--prune")
+    assert code == 1
+    assert f"refusing to prune: {SERVICE} could not be read" in err
+    assert running <= pods(cluster)
+    # The rest are reconciled.
+    assert "qwen3-0-6b-engine-0-default-0" in pods(cluster)
