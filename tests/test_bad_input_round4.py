@@ -115,3 +115,73 @@ def test_a_mistyped_group_refuses_pruning_and_the_service_keeps_running(
     assert running <= pods(cluster)
     # The rest are reconciled.
     assert "qwen3-0-6b-engine-0-default-0" in pods(cluster)
+
+
+# 2. A 5,000-digit integer is an error at its line, not a crash.
+
+BIG = "9" * 5000
+
+
+@pytest.mark.parametrize("value", [BIG, f"-{BIG}", "0x" + "f" * 5000, "1_" * 2500 + "1"])
+def test_a_huge_integer_in_a_manifest_is_an_error_at_its_line(tmp_path, value):
+    write_repo(tmp_path, {"a.yaml": f"""
+        apiVersion: ome.io/v1beta1
+        kind: ClusterServingRuntime
+        metadata:
+          name: big
+        spec:
+          engineConfig:
+            runner:
+              args:
+                - --port
+                - {value}
+        """, "b.yaml": """
+        apiVersion: ome.io/v1beta1
+        kind: ClusterServingRuntime
+        metadata:
+          name: other
+        """})
+    repo = read_repository(tmp_path)
+    [error] = repo.errors
+    assert (error.path, error.line) == ("a.yaml", 10)
+    assert error.message.startswith("spec.engineConfig.runner.args[1]: an integer of ")
+    assert "quote it if it is text" in error.message
+    assert [m.id.name for m in repo.manifests] == ["other"]
+
+
+def test_a_huge_integer_in_the_values_file_is_an_error_not_a_crash(tmp_path, cli):
+    repo = examples_repo(tmp_path)
+    edit(repo / "ome-values.yaml", "revisionHistoryLimit: 10", f"revisionHistoryLimit: {BIG}")
+    code, _, err = cli("validate", "--repo", str(repo))
+    assert code == 1
+    assert "ome-values.yaml:39: ome.controller.lifecycle.revisionHistoryLimit: an integer" \
+        in err
+
+
+@pytest.mark.parametrize("value", [f'"{BIG}%"', f'"{"9" * 20}%"'])
+def test_a_percentage_past_64_bits_is_an_error_and_the_rest_are_reconciled(
+        tmp_path, cli, value):
+    repo = examples_repo(tmp_path)
+    path = "services/llama-demo/llama-pd.yaml"
+    edit(repo / path, "maxUnavailable: 1", f"maxUnavailable: {value}")
+    cluster = tmp_path / "c.json"
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}",
+                       "--until-idle")
+    assert code == 1
+    assert (f"{path}:30: InferenceService llama-demo/llama-pd: spec.engine.lifecycle."
+            "updateStrategy.rollingUpdate.maxUnavailable: '99999") in err
+    assert "is not a percentage: its number is larger than a 64-bit integer" in err
+    assert "llama-chat-engine-0-default-0" in pods(cluster)
+    assert not [p for p in pods(cluster) if p.startswith("llama-pd-")]
+
+
+def test_a_manifest_with_a_huge_integer_is_reconciled_around(tmp_path, cli):
+    repo = examples_repo(tmp_path)
+    edit(repo / SERVICE, "minReadySeconds: 900", f"minReadySeconds: {BIG}")
+    cluster = tmp_path / "c.json"
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}",
+                       "--until-idle")
+    assert code == 1
+    assert f"{SERVICE}:21: spec.engine.lifecycle.minReadySeconds: an integer of 5000" in err
+    assert "qwen3-0-6b-engine-0-default-0" in pods(cluster)
+    assert not [p for p in pods(cluster) if p.startswith("llama-chat-")]

@@ -41,6 +41,11 @@ _WIDE_BOMS = (
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 STR_TAG = "tag:yaml.org,2002:str"
+INT_TAG = "tag:yaml.org,2002:int"
+# Longest integer read, in characters: Python refuses to convert one of more than
+# 4,300 digits (to or from text) at all, and no Kubernetes field holds more than 64
+# bits (20 characters).
+MAX_INT_CHARS = 1000
 
 
 class YamlError(Exception):
@@ -164,6 +169,11 @@ def load_documents(text: str) -> Iterator[Document]:
                 data = loader.construct_document(node)
             except yaml.MarkedYAMLError as err:
                 raise _marked(err, text) from None
+            except (ValueError, OverflowError) as err:
+                # A value the constructor cannot build (a number past Python's bounds):
+                # the checks above refuse those known, this is the document's line.
+                raise YamlError(_clip(f"a value that cannot be read: {err}"),
+                                node.start_mark.line + 1) from None
             if data is not None:
                 first = min(odd_keys, key=lambda k: (k.start_mark.line, k.start_mark.column),
                             default=None)
@@ -278,6 +288,12 @@ def _check_tree(root: yaml.Node) -> list[yaml.ScalarNode]:
                 )
             continue
         seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode) and node.tag == INT_TAG and \
+                len(node.value) > MAX_INT_CHARS:
+            raise YamlError(_clip(
+                f"{_field_of(root, node)}an integer of {len(node.value)} characters, more "
+                f"than the {MAX_INT_CHARS} read: no Kubernetes field holds one (64-bit); "
+                "quote it if it is text"), node.start_mark.line + 1)
         if depth > MAX_DEPTH:
             raise YamlError(f"nested deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
@@ -308,6 +324,28 @@ def _check_tree(root: yaml.Node) -> list[yaml.ScalarNode]:
         # bottom-up count is only needed (and only paid for) when a node repeats.
         _expanded_size(root)
     return odd_keys
+
+
+def _field_of(root: yaml.Node, target: yaml.Node) -> str:
+    """``spec.engine.args[2]: ``, the field that holds ``target`` (looked for only once
+    an error is found there); empty when it is not found or is the root."""
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return f"{path}: " if path else ""
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                stack.append((value, f"{path}.{name}" if path else str(name)))
+                stack.append((key, path))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+    return ""
 
 
 def _expanded_size(root: yaml.Node) -> None:
