@@ -4,6 +4,7 @@ field, and the other files are still read."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -185,3 +186,40 @@ def test_a_manifest_with_a_huge_integer_is_reconciled_around(tmp_path, cli):
     assert f"{SERVICE}:21: spec.engine.lifecycle.minReadySeconds: an integer of 5000" in err
     assert "qwen3-0-6b-engine-0-default-0" in pods(cluster)
     assert not [p for p in pods(cluster) if p.startswith("llama-chat-")]
+
+
+# 3. A folder nested 1,500 levels deep is an error naming it, not a RecursionError.
+
+def nest(root, levels):
+    here = os.getcwd()
+    os.chdir(root)
+    try:
+        for _ in range(levels):  # one level at a time: a path that long is never built
+            os.mkdir("d")
+            os.chdir("d")
+        with open("x.yaml", "w") as out:
+            out.write("a: 1\n")
+    finally:
+        os.chdir(here)
+
+
+def test_a_folder_nested_1500_levels_deep_is_an_error_and_the_rest_are_reconciled(
+        tmp_path, cli):
+    repo = examples_repo(tmp_path)
+    nest(repo, 1500)
+    cluster = tmp_path / "c.json"
+    code, _, err = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}",
+                       "--until-idle", "--prune")
+    assert code == 1
+    deep = "/".join(["d"] * 100)
+    assert (f"{deep}: folder nested 100 levels deep holds more folders; folders deeper "
+            "than 100 levels are not read") in err
+    assert f"refusing to prune: {deep} could not be read" in err
+    assert "llama-chat-engine-0-default-0" in pods(cluster)
+
+
+def test_a_folder_100_levels_deep_is_still_read(tmp_path):
+    nest(tmp_path, 100)
+    repo = read_repository(tmp_path)
+    assert not repo.errors
+    assert [s.path.count("/") for s in repo.skipped] == [100]

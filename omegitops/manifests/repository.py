@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,8 @@ YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIX = ".json"
 # Folders that never hold manifests: VCS metadata, local cluster state, reports.
 SKIPPED_DIRS = {".git", ".github", ".omegitops", "node_modules", "__pycache__"}
+# Folders deeper than this are not read (an error names the folder).
+MAX_FOLDER_DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -187,8 +189,15 @@ def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
         unread.append(ManifestError(rel, None, f"folder cannot be read "
                                                 f"({err.strerror or err}); not read"))
 
-    for folder, dirs, files in os.walk(root, onerror=cannot_read):
+    for folder, dirs, files in _walk_folders(root, cannot_read):
         here = Path(folder)
+        if len(here.relative_to(root).parts) >= MAX_FOLDER_DEPTH and dirs:
+            # Not entered: a walk (and every path) that deep has no end a manifest needs.
+            rel = shown_path(here.relative_to(root).as_posix())
+            unread.append(ManifestError(rel, None, (
+                f"folder nested {MAX_FOLDER_DEPTH} levels deep holds more folders; "
+                f"folders deeper than {MAX_FOLDER_DEPTH} levels are not read")))
+            dirs[:] = []
         kept = []
         for name in sorted(dirs):
             if name in SKIPPED_DIRS:
@@ -214,6 +223,33 @@ def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
                 found.append(path)
     unread += _submodules_not_checked_out(root)
     return sorted(found), sorted(skipped, key=lambda s: s.path), unread
+
+
+def _walk_folders(root: Path, onerror: Callable[[OSError], None]
+                  ) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(root, onerror=onerror)``, top down, without following links, and
+    without recursion: Python 3.11's ``os.walk`` recurses once per level, so a folder
+    nested 1,500 levels deep raised RecursionError. The caller may trim ``dirs``."""
+    stack = [os.fspath(root)]
+    while stack:
+        top = stack.pop()
+        dirs, files = [], []
+        try:
+            with os.scandir(top) as entries:
+                for entry in entries:
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    (dirs if is_dir else files).append(entry.name)
+        except OSError as err:
+            onerror(err)
+            continue
+        yield top, dirs, files
+        for name in reversed(dirs):
+            path = os.path.join(top, name)
+            if not os.path.islink(path):
+                stack.append(path)
 
 
 def _submodules_not_checked_out(root: Path) -> list[ManifestError]:
