@@ -18,6 +18,7 @@ from omegitops.manifests.jsonvalues import normalize_json
 from omegitops.manifests.memo import LoadMemo, content_key
 from omegitops.manifests.prescan import file_namespaces
 from omegitops.manifests.yamlfile import (
+    AliasBudget,
     Document,
     YamlError,
     list_items,
@@ -300,8 +301,9 @@ def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE,
     files, repo.skipped_files, unread = walk(root, values_file)
     repo.errors.extend(unread)
     within = Within(root)
+    aliases = AliasBudget.per_repository()
     for path in files:
-        _read_file(repo, path, owns, within, memo)
+        _read_file(repo, path, owns, within, memo, aliases)
     return repo
 
 
@@ -334,7 +336,8 @@ LFS_POINTER = "version https://git-lfs.github.com/spec/v1"
 
 
 def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
-               within: Within, memo: LoadMemo | None = None) -> None:
+               within: Within, memo: LoadMemo | None = None,
+               aliases: AliasBudget | None = None) -> None:
     rel = shown_path(path.relative_to(repo.root).as_posix())
     repo.files += 1
     if within.outside(path):
@@ -361,7 +364,8 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
         if remembered is not None:
             _classify_remembered(repo, rel, text, key, remembered)
             return
-        documents = list(load_documents(text))
+        left = aliases.aliases if aliases is not None else None
+        documents = list(load_documents(text, aliases))
     except YamlError as err:
         repo.errors.append(ManifestError(rel, err.line, err.message))
         return
@@ -369,7 +373,9 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
         repo.errors.append(ManifestError(rel, None, f"cannot read: {err.strerror}"))
         return
     errors, manifests = len(repo.errors), len(repo.manifests)
-    clean = True
+    # A file with aliases is read again each run, so that the repository's bound on
+    # them counts it every time, from the memo or not.
+    clean = aliases is None or aliases.aliases == left
     for doc in documents:
         items = list_items(doc)
         clean = clean and items is None and doc.non_string_key is None
