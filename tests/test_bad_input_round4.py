@@ -8,9 +8,11 @@ import os
 import shutil
 
 import pytest
+import yaml
 
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.repository import read_repository
+from omegitops.manifests.yamlfile import load_documents
 from tests.conftest import EXAMPLES, write_repo
 
 SERVICE = "services/llama-demo/llama-chat.yaml"
@@ -327,3 +329,44 @@ def test_a_document_says_it_broke_the_bound_per_document(tmp_path):
     [error] = read_repository(tmp_path).errors
     assert error.message == ("more than 100 alias references in one document (the bound "
                              "per document)")
+
+
+# 10. Smaller ones.
+
+MERGES = """
+a: &a {x: 1, y: 1}
+b: &b {x: 2, z: 2}
+c:
+  <<: [*a, *b]
+  w: 0
+d:
+  x: 9
+  <<: *a
+e:
+  <<: [*b, {z: 3, <<: *a}]
+"""
+AS_KUBECTL_READS_IT = {"x": 1, "y": 1, "z": 2, "w": 0}
+
+
+def later_wins(self, node):
+    """PyYAML 6.0.4's merge: of ``<<: [*a, *b]``, the later mapping wins."""
+    merge, own = [], []
+    for key, value in node.value:
+        if key.tag != "tag:yaml.org,2002:merge":
+            own.append((key, value))
+            continue
+        for source in value.value if isinstance(value, yaml.SequenceNode) else [value]:
+            self.flatten_mapping(source)
+            merge.extend(source.value)
+    node.value = merge + own
+
+
+@pytest.mark.parametrize("pyyaml", ["installed", "6.0.4"])
+def test_merge_keys_resolve_as_kubectl_reads_them_whatever_pyyaml_does(monkeypatch, pyyaml):
+    if pyyaml == "6.0.4":
+        monkeypatch.setattr(yaml.constructor.SafeConstructor, "flatten_mapping", later_wins)
+    [doc] = load_documents(MERGES)
+    assert doc.data["c"] == AS_KUBECTL_READS_IT
+    assert doc.data["d"] == {"x": 9, "y": 1}
+    assert doc.data["e"] == {"x": 2, "y": 1, "z": 2}
+    assert doc.line_of(("c", "x")) == 2  # where the value that won was written

@@ -17,9 +17,9 @@ import yaml
 from omegitops.util import files
 
 try:  # libyaml's parser is several times faster; the constructor stays the safe one
-    from yaml import CSafeLoader as _Loader
+    from yaml import CSafeLoader as _Parser
 except ImportError:  # pragma: no cover - libyaml is missing on some platforms
-    from yaml import SafeLoader as _Loader
+    from yaml import SafeLoader as _Parser
 
 # Bounds that keep hostile input cheap. A YAML alias is a pointer, so an
 # "alias bomb" costs nothing to load but explodes in every later walk.
@@ -48,6 +48,7 @@ _WIDE_BOMS = (
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+VALUE_TAG = "tag:yaml.org,2002:value"
 STR_TAG = "tag:yaml.org,2002:str"
 INT_TAG = "tag:yaml.org,2002:int"
 # Longest integer read, in characters: Python refuses to convert one of more than
@@ -193,6 +194,38 @@ def list_items(doc: Document) -> list[Document] | None:
     return items
 
 
+class _Loader(_Parser):
+    """The safe loader with merge keys resolved as kubectl (go-yaml) resolves them,
+    whatever PyYAML's own version does (6.0.4 lets the later mapping of
+    ``<<: [*a, *b]`` win; go-yaml, and YAML's merge key spec, the earlier)."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """Replace the ``<<`` keys of ``node`` by the pairs they merge, put first so
+        that construction (where the last of equal keys wins) lets the mapping's own
+        keys override every merged one, and of ``<<: [a, b]``, a's override b's."""
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
+        own: list[tuple[yaml.Node, yaml.Node]] = []
+        for key, value in node.value:
+            if key.tag != MERGE_TAG:
+                if key.tag == VALUE_TAG:
+                    key.tag = STR_TAG
+                own.append((key, value))
+                continue
+            sources = value.value if isinstance(value, yaml.SequenceNode) else [value]
+            pairs: list[tuple[yaml.Node, yaml.Node]] = []
+            for source in reversed(sources):  # the first listed goes last: it wins
+                if not isinstance(source, yaml.MappingNode):
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"expected a mapping or list of mappings for merging, but found "
+                        f"{source.id}", source.start_mark)
+                self.flatten_mapping(source)
+                pairs.extend(source.value)
+            merged.extend(pairs)
+        if len(own) != len(node.value):
+            node.value = merged + own
+
+
 def load_documents(text: str, repository: AliasBudget | None = None) -> Iterator[Document]:
     """Yield every non-empty document of ``text``; raise YamlError on the first bad one.
     What its aliases add is held to the bounds per document, per file, and, with
@@ -241,7 +274,7 @@ def load_documents(text: str, repository: AliasBudget | None = None) -> Iterator
 def node_at(text: str, index: int) -> yaml.Node | None:
     """The node tree of the document ``load_documents`` numbered ``index``: for a
     document read from the memo, whose tree was not kept."""
-    loader = _Loader(text)
+    loader = _Parser(text)
     try:
         seen = 0
         while loader.check_node():
