@@ -4,6 +4,7 @@ field, and the other files are still read."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -370,3 +371,18 @@ def test_merge_keys_resolve_as_kubectl_reads_them_whatever_pyyaml_does(monkeypat
     assert doc.data["d"] == {"x": 9, "y": 1}
     assert doc.data["e"] == {"x": 2, "y": 1, "z": 2}
     assert doc.line_of(("c", "x")) == 2  # where the value that won was written
+
+
+@pytest.mark.parametrize("value", ["1:30", "1:30.5", "-1:00"])
+def test_a_base_60_number_is_text_as_kubectl_reads_it(tmp_path, cli, value):
+    """YAML 1.1 reads ``1:30`` as 90; go-yaml, as kubectl and the API server read
+    manifests, as the string "1:30": so it is an error for an integer field."""
+    [doc] = load_documents(f"a: {value}\nb: [{value}]\n{value}: c\n")
+    assert doc.data == {"a": value, "b": [value], value: "c"}
+    repo = examples_repo(tmp_path)
+    edit(repo / SERVICE, "minReadySeconds: 900", f"minReadySeconds: {value}")
+    code, out, _ = cli("validate", "--repo", str(repo))
+    assert code == 1
+    assert (f"{SERVICE}:21: InferenceService llama-demo/llama-chat: spec.engine.lifecycle."
+            f"minReadySeconds: '{value}' is not of type 'integer'") in out
+

@@ -51,6 +51,7 @@ MERGE_TAG = "tag:yaml.org,2002:merge"
 VALUE_TAG = "tag:yaml.org,2002:value"
 STR_TAG = "tag:yaml.org,2002:str"
 INT_TAG = "tag:yaml.org,2002:int"
+FLOAT_TAG = "tag:yaml.org,2002:float"
 # Longest integer read, in characters: Python refuses to convert one of more than
 # 4,300 digits (to or from text) at all, and no Kubernetes field holds more than 64
 # bits (20 characters).
@@ -195,9 +196,19 @@ def list_items(doc: Document) -> list[Document] | None:
 
 
 class _Loader(_Parser):
-    """The safe loader with merge keys resolved as kubectl (go-yaml) resolves them,
-    whatever PyYAML's own version does (6.0.4 lets the later mapping of
-    ``<<: [*a, *b]`` win; go-yaml, and YAML's merge key spec, the earlier)."""
+    """The safe loader, reading as kubectl (go-yaml) reads: no base-60 numbers, and
+    merge keys resolved as go-yaml resolves them, whatever PyYAML's own version does
+    (6.0.4 lets the later mapping of ``<<: [*a, *b]`` win; go-yaml, and YAML's merge
+    key spec, the earlier)."""
+
+    def resolve(self, kind: type, value: str, implicit: tuple[bool, bool]) -> str:
+        """YAML 1.1's tag for a plain scalar, but for base 60: go-yaml, which kubectl
+        reads manifests with, takes ``1:30`` for a string, not for 90."""
+        tag = super().resolve(kind, value, implicit)
+        if kind is yaml.ScalarNode and implicit[0] and tag in (INT_TAG, FLOAT_TAG) and \
+                ":" in value:
+            return STR_TAG
+        return str(tag)
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         """Replace the ``<<`` keys of ``node`` by the pairs they merge, put first so
@@ -274,7 +285,7 @@ def load_documents(text: str, repository: AliasBudget | None = None) -> Iterator
 def node_at(text: str, index: int) -> yaml.Node | None:
     """The node tree of the document ``load_documents`` numbered ``index``: for a
     document read from the memo, whose tree was not kept."""
-    loader = _Parser(text)
+    loader = _Loader(text)
     try:
         seen = 0
         while loader.check_node():
