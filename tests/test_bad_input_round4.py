@@ -386,3 +386,27 @@ def test_a_base_60_number_is_text_as_kubectl_reads_it(tmp_path, cli, value):
     assert (f"{SERVICE}:21: InferenceService llama-demo/llama-chat: spec.engine.lifecycle."
             f"minReadySeconds: '{value}' is not of type 'integer'") in out
 
+
+HISTORY = "ome.io/revision-history-limit"
+
+
+@pytest.mark.parametrize("value", [" 3", "3 ", "٣", "３", "3_0", "0x3", "-1", "9" * 20, ""])
+def test_the_revision_history_annotation_is_read_as_go_reads_it(tmp_path, cli, value):
+    repo = examples_repo(tmp_path)
+    edit(repo / SERVICE, "  namespace: llama-demo\n",
+         f"  namespace: llama-demo\n  annotations:\n    {HISTORY}: {value!r}\n")
+    code, out, _ = cli("validate", "--repo", str(repo))
+    assert code == 1
+    assert (f"{SERVICE}:12: InferenceService llama-demo/llama-chat: metadata.annotations."
+            f"{HISTORY}: {value!r} is not a whole number of revisions (>= 0)") in out
+
+
+@pytest.mark.parametrize("value, limit", [("3", 3), ("+3", 3), ("007", 7), ("0", 0)])
+def test_the_revision_history_annotation_takes_what_atoi_takes(tmp_path, cli, value, limit):
+    repo = examples_repo(tmp_path)
+    edit(repo / SERVICE, "  namespace: llama-demo\n",
+         f"  namespace: llama-demo\n  annotations:\n    {HISTORY}: {value!r}\n")
+    code, out, err = cli("resolve", "--repo", str(repo), "-o", "json")
+    assert code == 0, err
+    [chat] = [c for c in json.loads(out) if c["inferenceService"] == "llama-demo/llama-chat"]
+    assert chat["lifecycle"]["revisionHistoryLimit"] == {"value": limit, "source": "isvc"}
