@@ -11,6 +11,7 @@ import shutil
 import pytest
 import yaml
 
+from omegitops.cli import main
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.repository import read_repository
 from omegitops.manifests.yamlfile import load_documents
@@ -410,3 +411,17 @@ def test_the_revision_history_annotation_takes_what_atoi_takes(tmp_path, cli, va
     assert code == 0, err
     [chat] = [c for c in json.loads(out) if c["inferenceService"] == "llama-demo/llama-chat"]
     assert chat["lifecycle"]["revisionHistoryLimit"] == {"value": limit, "source": "isvc"}
+
+
+@pytest.mark.parametrize("command", [
+    ("reconcile", "--cluster", "sim:{tmp}/c.json"), ("plan",), ("merge-reports", "{tmp}"),
+])
+@pytest.mark.parametrize("folder", ["", "  "])
+def test_an_empty_report_dir_is_a_usage_error_and_nothing_runs(tmp_path, capsys, monkeypatch,
+                                                               command, folder):
+    args = [part.format(tmp=tmp_path) for part in command]
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "--repo", str(EXAMPLES), "--report-dir", folder]) == 2
+    assert "argument --report-dir: an empty folder name" in capsys.readouterr().err
+    assert not (tmp_path / "c.json").exists()
+    assert not list(tmp_path.iterdir())
