@@ -425,3 +425,48 @@ def test_an_empty_report_dir_is_a_usage_error_and_nothing_runs(tmp_path, capsys,
     assert "argument --report-dir: an empty folder name" in capsys.readouterr().err
     assert not (tmp_path / "c.json").exists()
     assert not list(tmp_path.iterdir())
+
+
+def test_a_file_of_thousands_of_tiny_bad_documents_makes_a_bounded_report(tmp_path, cli):
+    """100,000 of them (1 MB) made a 30 MB report for the job to commit: the report
+    lists the first 1,000 errors (its Markdown the first 50) and counts the rest."""
+    repo = examples_repo(tmp_path)
+    (repo / "bad.yaml").write_text("---\n".join(f"[{i}]\n" for i in range(5000)))
+    cluster, out = tmp_path / "c.json", tmp_path / "report"
+    code, _, _ = cli("reconcile", "--repo", str(repo), "--cluster", f"sim:{cluster}",
+                     "--report-dir", str(out))
+    assert code == 1
+    report = json.loads((out / "status.json").read_text())
+    assert len(report["validationErrors"]) == 1000
+    assert report["validationErrors"][0] == {
+        "path": "bad.yaml", "line": 1, "object": None, "field": None,
+        "message": "a manifest must be a mapping, found a list"}
+    assert report["validationErrors"][-1]["line"] == 1 + 999 * 2
+    assert report["validationErrorsLeftOut"] == 4000
+    assert report["summary"]["validationErrors"] == 5000
+    assert "; 5000 validation errors" in report["summary"]["text"]
+    assert (out / "status.json").stat().st_size < 400_000
+    markdown = (out / "STATUS.md").read_text()
+    assert markdown.count("a manifest must be a mapping") == 50
+    assert "- … and 4950 more (`omegitops validate` lists them all)" in markdown
+    # The rest are reconciled.
+    assert report["summary"]["services"] == 5
+
+
+def test_merged_shard_reports_stay_bounded(tmp_path):
+    from omegitops.report.status import merge_reports
+
+    def shard(lines, left_out):
+        errors = [{"path": "a.yaml", "line": n, "object": None, "field": None,
+                   "message": "bad"} for n in lines]
+        return {"apiVersion": "omegitops.io/v1alpha1", "kind": "StatusReport",
+                "generatedAt": "2025-01-01T00:00:00Z", "repository": ".", "revision": None,
+                "summary": None, "services": [], "unknownReplicas": [],
+                "validationErrors": errors, "validationErrorsLeftOut": left_out,
+                "validationWarnings": []}
+
+    merged = merge_reports([shard(range(1, 1001), 300), shard(range(501, 1501), 200)])
+    assert [e["line"] for e in merged["validationErrors"]] == list(range(1, 1001))
+    assert merged["validationErrorsLeftOut"] == 500 + 300
+    assert merged["summary"]["validationErrors"] == 1800
+    assert "validationWarningsLeftOut" not in merged
