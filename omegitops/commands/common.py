@@ -76,6 +76,15 @@ def seconds(text: str) -> float:
     return value
 
 
+def report_folder(text: str) -> str:
+    """An argparse type: a report folder, which an empty value is not (it wrote
+    nothing at all, without a word)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty folder name: give the folder the "
+                                         "report goes into (or leave the option out)")
+    return text
+
+
 def output_file(text: str) -> str:
     """An argparse type: a file that can be written: its folder exists, and it is not a
     folder itself (found only once the work is done, either cost a traceback)."""

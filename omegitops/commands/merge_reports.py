@@ -14,6 +14,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from omegitops.commands.common import report_folder
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
 from omegitops.gitops.branch import check_report_branch, publish_report
 from omegitops.gitops.repo import report_path
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "such folders")
     parser.add_argument("--expect", type=int, default=None, metavar="N",
                         help="refuse to merge unless there are N shard reports")
-    parser.add_argument("--report-dir", default=None, metavar="D",
+    parser.add_argument("--report-dir", default=None, metavar="D", type=report_folder,
                         help="where the merged report goes; with --commit, relative to the "
                              f"repository root (default: {DEFAULT_REPORT_DIR})")
     parser.add_argument("--repo", default=".",

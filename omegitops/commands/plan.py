@@ -32,6 +32,7 @@ from omegitops.commands.common import (
     cache_dir,
     output_file,
     print_json,
+    report_folder,
     seconds,
 )
 from omegitops.commands.reconcile import DEFAULT_REPORT_DIR
@@ -69,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "report at REF names (else REF itself), rebuilt on a simulated "
                              "cluster sized to fit; no cluster credentials needed")
     parser.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, metavar="D",
+                        type=report_folder,
                         help="with --base, where the job commits its report, relative to the "
                              f"repository root (default: {DEFAULT_REPORT_DIR})")
     parser.add_argument("--report-branch", default=None, metavar="B",

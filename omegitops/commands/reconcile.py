@@ -14,7 +14,7 @@ from omegitops.app.run import RunOutcome, pruning, run_passes
 from omegitops.app.shards import Shard
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.errors import LockHeld
-from omegitops.commands.common import add_repo_args, cache_dir, seconds
+from omegitops.commands.common import add_repo_args, cache_dir, report_folder, seconds
 from omegitops.commands.get import replica_table
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
 from omegitops.gitops.branch import check_report_branch, publish_report
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="reconcile only the namespaces whose stable hash falls in shard "
                              "I of N (0 <= I < N), under that shard's own Lease; "
                              "`omegitops merge-reports` puts the shards' reports together")
-    parser.add_argument("--report-dir", default=None, metavar="D",
+    parser.add_argument("--report-dir", default=None, metavar="D", type=report_folder,
                         help="write the status report (Markdown and JSON) into D; with "
                              f"--commit, relative to the repository root (default: "
                              f"{DEFAULT_REPORT_DIR})")

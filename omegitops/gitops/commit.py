@@ -243,8 +243,10 @@ def other_changes(old: dict, new: dict) -> list[str]:
     for key, label in (("validationErrors", "validation errors"),
                        ("validationWarnings", "validation warnings"),
                        ("unknownReplicas", "unknown InferenceReplicas")):
-        if old.get(key) != new.get(key):
-            found.append(f"{label} {len(old.get(key) or [])} → {len(new.get(key) or [])}")
+        more = f"{key}LeftOut"  # what a long list leaves out is counted (report/status.py)
+        if old.get(key) != new.get(key) or old.get(more) != new.get(more):
+            found.append(f"{label} {len(old.get(key) or []) + old.get(more, 0)} → "
+                         f"{len(new.get(key) or []) + new.get(more, 0)}")
     if _events(old) != _events(new):
         found.append("warning events")
     if old.get("repository") != new.get("repository"):

@@ -26,6 +26,7 @@ from omegitops.render.resolve import (
     dig,
 )
 from omegitops.render.templates import ome_pod_metadata, render_templates
+from omegitops.util.goint import atoi
 
 # Kubernetes' documented scalability limit ("no more than 150,000 total pods"): a
 # component needing more could never run, and planning its Instances one by one
@@ -82,7 +83,10 @@ def _history_errors(manifest: Manifest) -> list[ManifestError]:
     value = dig(manifest.data, path)
     if value is None or manifest.id.kind != INFERENCE_SERVICE:
         return []
-    if isinstance(value, str) and value.strip().isdigit():
+    # Read as OME reads it, with Go's strconv.Atoi: no spaces, ASCII digits (not "٣"),
+    # within 64 bits.
+    number = atoi(value) if isinstance(value, str) else None
+    if number is not None and number >= 0:
         return []
     shown = value if len(str(value)) <= 40 else f"{str(value)[:37]}..."
     return [manifest.error(path, f"{shown!r} is not a whole number of revisions (>= 0)")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from omegitops.manifests.jsonvalues import normalize_json
 from omegitops.manifests.memo import LoadMemo, content_key
 from omegitops.manifests.prescan import file_namespaces
 from omegitops.manifests.yamlfile import (
+    AliasBudget,
     Document,
     YamlError,
     list_items,
@@ -30,7 +31,8 @@ from omegitops.manifests.yamlfile import (
 from omegitops.model.ids import ResourceId
 from omegitops.util.files import shown_path
 
-API_VERSION = "ome.io/v1beta1"
+OME_GROUP = "ome.io"
+API_VERSION = f"{OME_GROUP}/v1beta1"
 INFERENCE_SERVICE = "InferenceService"
 SERVING_RUNTIME = "ServingRuntime"
 CLUSTER_SERVING_RUNTIME = "ClusterServingRuntime"
@@ -50,6 +52,8 @@ YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIX = ".json"
 # Folders that never hold manifests: VCS metadata, local cluster state, reports.
 SKIPPED_DIRS = {".git", ".github", ".omegitops", "node_modules", "__pycache__"}
+# Folders deeper than this are not read (an error names the folder).
+MAX_FOLDER_DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -186,8 +190,15 @@ def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
         unread.append(ManifestError(rel, None, f"folder cannot be read "
                                                 f"({err.strerror or err}); not read"))
 
-    for folder, dirs, files in os.walk(root, onerror=cannot_read):
+    for folder, dirs, files in _walk_folders(root, cannot_read):
         here = Path(folder)
+        if len(here.relative_to(root).parts) >= MAX_FOLDER_DEPTH and dirs:
+            # Not entered: a walk (and every path) that deep has no end a manifest needs.
+            rel = shown_path(here.relative_to(root).as_posix())
+            unread.append(ManifestError(rel, None, (
+                f"folder nested {MAX_FOLDER_DEPTH} levels deep holds more folders; "
+                f"folders deeper than {MAX_FOLDER_DEPTH} levels are not read")))
+            dirs[:] = []
         kept = []
         for name in sorted(dirs):
             if name in SKIPPED_DIRS:
@@ -213,6 +224,33 @@ def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
                 found.append(path)
     unread += _submodules_not_checked_out(root)
     return sorted(found), sorted(skipped, key=lambda s: s.path), unread
+
+
+def _walk_folders(root: Path, onerror: Callable[[OSError], None]
+                  ) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(root, onerror=onerror)``, top down, without following links, and
+    without recursion: Python 3.11's ``os.walk`` recurses once per level, so a folder
+    nested 1,500 levels deep raised RecursionError. The caller may trim ``dirs``."""
+    stack = [os.fspath(root)]
+    while stack:
+        top = stack.pop()
+        dirs, files = [], []
+        try:
+            with os.scandir(top) as entries:
+                for entry in entries:
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    (dirs if is_dir else files).append(entry.name)
+        except OSError as err:
+            onerror(err)
+            continue
+        yield top, dirs, files
+        for name in reversed(dirs):
+            path = os.path.join(top, name)
+            if not os.path.islink(path):
+                stack.append(path)
 
 
 def _submodules_not_checked_out(root: Path) -> list[ManifestError]:
@@ -263,8 +301,9 @@ def read_repository(root: Path, values_file: str = DEFAULT_VALUES_FILE,
     files, repo.skipped_files, unread = walk(root, values_file)
     repo.errors.extend(unread)
     within = Within(root)
+    aliases = AliasBudget.per_repository()
     for path in files:
-        _read_file(repo, path, owns, within, memo)
+        _read_file(repo, path, owns, within, memo, aliases)
     return repo
 
 
@@ -297,7 +336,8 @@ LFS_POINTER = "version https://git-lfs.github.com/spec/v1"
 
 
 def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
-               within: Within, memo: LoadMemo | None = None) -> None:
+               within: Within, memo: LoadMemo | None = None,
+               aliases: AliasBudget | None = None) -> None:
     rel = shown_path(path.relative_to(repo.root).as_posix())
     repo.files += 1
     if within.outside(path):
@@ -324,7 +364,8 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
         if remembered is not None:
             _classify_remembered(repo, rel, text, key, remembered)
             return
-        documents = list(load_documents(text))
+        left = aliases.aliases if aliases is not None else None
+        documents = list(load_documents(text, aliases))
     except YamlError as err:
         repo.errors.append(ManifestError(rel, err.line, err.message))
         return
@@ -332,7 +373,9 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
         repo.errors.append(ManifestError(rel, None, f"cannot read: {err.strerror}"))
         return
     errors, manifests = len(repo.errors), len(repo.manifests)
-    clean = True
+    # A file with aliases is read again each run, so that the repository's bound on
+    # them counts it every time, from the memo or not.
+    clean = aliases is None or aliases.aliases == left
     for doc in documents:
         items = list_items(doc)
         clean = clean and items is None and doc.non_string_key is None
@@ -388,13 +431,23 @@ def _classify(repo: Repository, rel: str, doc: Document, normalized: bool = Fals
     metadata = data.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     group = api_version.split("/")[0]
-    if group == "ome.io" and kind not in MANAGED_KINDS + OTHER_OME_KINDS:
+    if group == OME_GROUP and kind not in MANAGED_KINDS + OTHER_OME_KINDS:
         close = difflib.get_close_matches(kind, MANAGED_KINDS + OTHER_OME_KINDS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         repo.errors.append(ManifestError(
             rel, doc.line_of(("kind",)), f"unknown ome.io kind {kind!r}{hint}", field="kind"))
         return
-    if kind not in MANAGED_KINDS or group != "ome.io":
+    if group != OME_GROUP and (kind in MANAGED_KINDS or group.lower() == OME_GROUP):
+        # An object of ours under a mistyped group (``ome.oi``, ``OME.io``) is not some
+        # other tool's object to skip: skipped, it would read as deleted, and --prune
+        # would tear the running service down. API groups are lower case, so a group
+        # that differs from ome.io only in case is a typo whatever its kind.
+        repo.errors.append(ManifestError(
+            rel, doc.line_of(("apiVersion",)),
+            _clip(f"{kind} with apiVersion {api_version!r} is not read: its apiVersion "
+                  f"must be {API_VERSION!r}{_group_hint(group)}", MAX_SHOWN["message"]), field="apiVersion"))
+        return
+    if kind not in MANAGED_KINDS or group != OME_GROUP:
         repo.skipped.append(Skipped(rel, doc.line, api_version, kind, str(name or "")))
         return
     if api_version != API_VERSION:
@@ -437,6 +490,13 @@ def _classify(repo: Repository, rel: str, doc: Document, normalized: bool = Fals
         if not isinstance(namespace, str):
             namespace = str(namespace)
     repo.manifests.append(Manifest(ResourceId(kind, namespace, name), rel, doc))
+
+
+def _group_hint(group: str) -> str:
+    """`` (is 'ome.oi' a typo of 'ome.io'?)`` for a group a typo away from it."""
+    close = group.lower() == OME_GROUP or difflib.get_close_matches(
+        group.lower(), [OME_GROUP], n=1, cutoff=0.6)
+    return f" (is {group!r} a typo of {OME_GROUP!r}?)" if close else ""
 
 
 def _shown(value: Any) -> str:

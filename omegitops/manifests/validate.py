@@ -138,13 +138,23 @@ def _schema_error(manifest: Manifest, err: ValidationError) -> ManifestError:
 
 
 def percentage_errors(manifest: Manifest) -> list[ManifestError]:
-    """Budgets over 100% (the schema accepts any ``N%``)."""
+    """Budgets over 100% (the schema accepts any ``N%``), and a percentage whose
+    number no 64-bit integer holds (Kubernetes' ``strconv.Atoi`` refuses it)."""
     errors = []
     for path, block in lifecycle_blocks(manifest):
         for key in BUDGET_FIELDS:
             value = dig(block, ("updateStrategy", "rollingUpdate", key))
+            field_path = path + ("updateStrategy", "rollingUpdate", key)
+            if isinstance(value, str) and re.fullmatch(r"[0-9]+%", value):
+                try:
+                    budgets.parse_int_or_percent(value)
+                except budgets.BudgetError:
+                    shown = value if len(value) <= 40 else f"{value[:37]}..."
+                    errors.append(manifest.error(field_path, (
+                        f"{shown!r} is not a percentage: its number is larger than a "
+                        "64-bit integer")))
+                    continue
             if value is not None and budgets.is_over_100_percent(value):
-                field_path = path + ("updateStrategy", "rollingUpdate", key)
                 errors.append(manifest.error(field_path, f"{value} is more than 100%"))
     return errors
 

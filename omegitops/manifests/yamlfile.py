@@ -17,9 +17,9 @@ import yaml
 from omegitops.util import files
 
 try:  # libyaml's parser is several times faster; the constructor stays the safe one
-    from yaml import CSafeLoader as _Loader
+    from yaml import CSafeLoader as _Parser
 except ImportError:  # pragma: no cover - libyaml is missing on some platforms
-    from yaml import SafeLoader as _Loader
+    from yaml import SafeLoader as _Parser
 
 # Bounds that keep hostile input cheap. A YAML alias is a pointer, so an
 # "alias bomb" costs nothing to load but explodes in every later walk.
@@ -29,6 +29,14 @@ MAX_DEPTH = 64
 # Nodes a document may hold once its aliases are expanded: few aliases can
 # still multiply (nine lists of nine references to the one before: 9**9).
 MAX_EXPANDED_NODES = 200_000
+# What aliases may add over a file's documents and over a whole repository: every
+# later walk pays for each node an alias repeats, so a file of many documents each
+# within the bounds above took minutes. Counted are the alias references and the
+# nodes that exist only through them (a document's expanded size less its own nodes).
+MAX_FILE_ALIASES = 1_000
+MAX_FILE_ALIAS_NODES = 400_000
+MAX_REPOSITORY_ALIASES = 50_000
+MAX_REPOSITORY_ALIAS_NODES = 2_000_000
 # Byte order marks of encodings YAML allows but Kubernetes tooling does not
 # (UTF-32 first: its little-endian mark starts with UTF-16's).
 _WIDE_BOMS = (
@@ -40,7 +48,14 @@ _WIDE_BOMS = (
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+VALUE_TAG = "tag:yaml.org,2002:value"
 STR_TAG = "tag:yaml.org,2002:str"
+INT_TAG = "tag:yaml.org,2002:int"
+FLOAT_TAG = "tag:yaml.org,2002:float"
+# Longest integer read, in characters: Python refuses to convert one of more than
+# 4,300 digits (to or from text) at all, and no Kubernetes field holds more than 64
+# bits (20 characters).
+MAX_INT_CHARS = 1000
 
 
 class YamlError(Exception):
@@ -50,6 +65,45 @@ class YamlError(Exception):
         super().__init__(message)
         self.message = message
         self.line = line
+
+
+@dataclass
+class AliasBudget:
+    """The alias references and alias-made nodes (see ``MAX_FILE_ALIASES``) a scope
+    may still use: one per file, and one a repository's files share."""
+
+    scope: str
+    aliases: int
+    nodes: int
+
+    @classmethod
+    def per_file(cls) -> AliasBudget:
+        return cls("file", MAX_FILE_ALIASES, MAX_FILE_ALIAS_NODES)
+
+    @classmethod
+    def per_repository(cls) -> AliasBudget:
+        return cls("repository", MAX_REPOSITORY_ALIASES, MAX_REPOSITORY_ALIAS_NODES)
+
+    def spend(self, aliases: int, nodes: int, line: int) -> None:
+        """Take a document's cost; YamlError (at ``line``) naming the bound it breaks."""
+        self.aliases -= aliases
+        self.nodes -= nodes
+        per_file = self.scope == "file"
+        if self.aliases < 0:
+            limit = MAX_FILE_ALIASES if per_file else MAX_REPOSITORY_ALIASES
+            raise YamlError(self._broken(f"more than {limit:,} alias references"), line)
+        if self.nodes < 0:
+            limit = MAX_FILE_ALIAS_NODES if per_file else MAX_REPOSITORY_ALIAS_NODES
+            raise YamlError(self._broken(f"aliases that expand to more than {limit:,} "
+                                         "nodes"), line)
+
+    def _broken(self, what: str) -> str:
+        if self.scope == "file":
+            return (f"the file's documents together hold {what} (the bound per file; "
+                    f"each document is held to {MAX_ALIASES} alias references and "
+                    f"{MAX_EXPANDED_NODES:,} expanded nodes)")
+        return (f"the repository's files together hold {what} (the bound per "
+                "repository), and this file crosses it")
 
 
 @dataclass
@@ -141,9 +195,54 @@ def list_items(doc: Document) -> list[Document] | None:
     return items
 
 
-def load_documents(text: str) -> Iterator[Document]:
-    """Yield every non-empty document of ``text``; raise YamlError on the first bad one."""
+class _Loader(_Parser):
+    """The safe loader, reading as kubectl (go-yaml) reads: no base-60 numbers, and
+    merge keys resolved as go-yaml resolves them, whatever PyYAML's own version does
+    (6.0.4 lets the later mapping of ``<<: [*a, *b]`` win; go-yaml, and YAML's merge
+    key spec, the earlier)."""
+
+    def resolve(self, kind: type, value: str, implicit: tuple[bool, bool]) -> str:
+        """YAML 1.1's tag for a plain scalar, but for base 60: go-yaml, which kubectl
+        reads manifests with, takes ``1:30`` for a string, not for 90."""
+        tag = super().resolve(kind, value, implicit)
+        if kind is yaml.ScalarNode and implicit[0] and tag in (INT_TAG, FLOAT_TAG) and \
+                ":" in value:
+            return STR_TAG
+        return str(tag)
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """Replace the ``<<`` keys of ``node`` by the pairs they merge, put first so
+        that construction (where the last of equal keys wins) lets the mapping's own
+        keys override every merged one, and of ``<<: [a, b]``, a's override b's."""
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
+        own: list[tuple[yaml.Node, yaml.Node]] = []
+        for key, value in node.value:
+            if key.tag != MERGE_TAG:
+                if key.tag == VALUE_TAG:
+                    key.tag = STR_TAG
+                own.append((key, value))
+                continue
+            sources = value.value if isinstance(value, yaml.SequenceNode) else [value]
+            pairs: list[tuple[yaml.Node, yaml.Node]] = []
+            for source in reversed(sources):  # the first listed goes last: it wins
+                if not isinstance(source, yaml.MappingNode):
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"expected a mapping or list of mappings for merging, but found "
+                        f"{source.id}", source.start_mark)
+                self.flatten_mapping(source)
+                pairs.extend(source.value)
+            merged.extend(pairs)
+        if len(own) != len(node.value):
+            node.value = merged + own
+
+
+def load_documents(text: str, repository: AliasBudget | None = None) -> Iterator[Document]:
+    """Yield every non-empty document of ``text``; raise YamlError on the first bad one.
+    What its aliases add is held to the bounds per document, per file, and, with
+    ``repository``, to what is left of the repository's."""
     loader = _Loader(text)
+    per_file = AliasBudget.per_file()
     try:
         index = 0
         while True:
@@ -159,11 +258,21 @@ def load_documents(text: str) -> Iterator[Document]:
                 raise YamlError(_clip(str(err))) from None
             if node is None:
                 continue
-            odd_keys = _check_tree(node)
+            odd_keys, aliases, alias_nodes = _check_tree(node)
+            if aliases:
+                line = node.start_mark.line + 1
+                per_file.spend(aliases, alias_nodes, line)
+                if repository is not None:
+                    repository.spend(aliases, alias_nodes, line)
             try:
                 data = loader.construct_document(node)
             except yaml.MarkedYAMLError as err:
                 raise _marked(err, text) from None
+            except (ValueError, OverflowError) as err:
+                # A value the constructor cannot build (a number past Python's bounds):
+                # the checks above refuse those known, this is the document's line.
+                raise YamlError(_clip(f"a value that cannot be read: {err}"),
+                                node.start_mark.line + 1) from None
             if data is not None:
                 first = min(odd_keys, key=lambda k: (k.start_mark.line, k.start_mark.column),
                             default=None)
@@ -256,10 +365,11 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _check_tree(root: yaml.Node) -> list[yaml.ScalarNode]:
+def _check_tree(root: yaml.Node) -> tuple[list[yaml.ScalarNode], int, int]:
     """Reject duplicate keys, deep nesting and alias bombs before constructing; return
     the mapping keys that YAML reads as something other than a string (``1``, ``true``,
-    ``null``, a date). Merge keys count as strings: ``<<`` is YAML's own.
+    ``null``, a date), the alias references, and the nodes that exist only through
+    them. Merge keys count as strings: ``<<`` is YAML's own.
 
     PyYAML keeps the last of two equal keys without a word; a manifest with
     both is ambiguous, so it is an error here as it is for kubectl.
@@ -274,10 +384,17 @@ def _check_tree(root: yaml.Node) -> list[yaml.ScalarNode]:
             aliases += 1
             if aliases > MAX_ALIASES:
                 raise YamlError(
-                    f"more than {MAX_ALIASES} alias references", node.start_mark.line + 1
+                    f"more than {MAX_ALIASES} alias references in one document (the bound per "
+                    "document)", node.start_mark.line + 1
                 )
             continue
         seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode) and node.tag == INT_TAG and \
+                len(node.value) > MAX_INT_CHARS:
+            raise YamlError(_clip(
+                f"{_field_of(root, node)}an integer of {len(node.value)} characters, more "
+                f"than the {MAX_INT_CHARS} read: no Kubernetes field holds one (64-bit); "
+                "quote it if it is text"), node.start_mark.line + 1)
         if depth > MAX_DEPTH:
             raise YamlError(f"nested deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
@@ -303,14 +420,36 @@ def _check_tree(root: yaml.Node) -> list[yaml.ScalarNode]:
                 stack.append((value, depth + 1))
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((item, depth + 1) for item in node.value)
-    if aliases:
-        # Without aliases the walk above saw the whole expanded tree already; the
-        # bottom-up count is only needed (and only paid for) when a node repeats.
-        _expanded_size(root)
-    return odd_keys
+    if not aliases:
+        return odd_keys, 0, 0
+    # Without aliases the walk above saw the whole expanded tree already; the
+    # bottom-up count is only needed (and only paid for) when a node repeats.
+    return odd_keys, aliases, _expanded_size(root) - len(seen)
 
 
-def _expanded_size(root: yaml.Node) -> None:
+def _field_of(root: yaml.Node, target: yaml.Node) -> str:
+    """``spec.engine.args[2]: ``, the field that holds ``target`` (looked for only once
+    an error is found there); empty when it is not found or is the root."""
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return f"{path}: " if path else ""
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                stack.append((value, f"{path}.{name}" if path else str(name)))
+                stack.append((key, path))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+    return ""
+
+
+def _expanded_size(root: yaml.Node) -> int:
     """Refuse a document too big or too deep once every alias is expanded.
 
     The walk above sees each node once, so an alias to a deep node from deep
@@ -318,7 +457,7 @@ def _expanded_size(root: yaml.Node) -> None:
     to the one before read as 81 nodes. Here each node's expanded size and
     height are computed bottom-up (iteratively: the expanded height is what is
     being bounded). The first node found too big is the innermost such, so
-    its line is where the multiplication happens.
+    its line is where the multiplication happens. Returns the root's expanded size.
     """
     sizes: dict[int, tuple[int, int]] = {}
     # Nodes being expanded: the path from the root to the node at hand, since a node's
@@ -349,7 +488,9 @@ def _expanded_size(root: yaml.Node) -> None:
         height = 1 + max((sizes[id(child)][1] for child in children), default=0)
         line = node.start_mark.line + 1
         if size > MAX_EXPANDED_NODES:
-            raise YamlError(f"aliases expand to more than {MAX_EXPANDED_NODES} nodes", line)
+            raise YamlError(f"aliases expand to more than {MAX_EXPANDED_NODES} nodes in one "
+                            "document (the bound per document)", line)
         if height > MAX_DEPTH + 1:
             raise YamlError(f"aliases nest deeper than {MAX_DEPTH} levels", line)
         sizes[id(node)] = (size, height)
+    return sizes[id(root)][0]

@@ -8,9 +8,8 @@ Deployment, which rounds maxUnavailable down): 25% of two Instances is one.
 from __future__ import annotations
 
 import math
-import re
 
-_PERCENT = re.compile(r"^(\d+)%$")
+from omegitops.util.goint import atoi
 
 
 class BudgetError(ValueError):
@@ -26,11 +25,13 @@ def parse_int_or_percent(value: int | str) -> tuple[int, bool]:
             raise BudgetError(f"must be >= 0, got {value}")
         return value, False
     if isinstance(value, str):
-        match = _PERCENT.match(value.strip())
-        if match:
-            return int(match.group(1)), True
-        if value.strip().isdigit():
-            return int(value.strip()), False
+        # As Kubernetes reads an IntOrString: strconv.Atoi on the text before the
+        # ``%``, ASCII digits within 64 bits (a 5,000-digit one is refused, not a crash).
+        text = value.strip()
+        percent = text.endswith("%")
+        number = atoi(text[:-1] if percent else text)
+        if number is not None and text[:1] not in "+-":
+            return number, percent
     raise BudgetError(f"expected a whole number or a percentage such as '25%', got {value!r}")
 
 

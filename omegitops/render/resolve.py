@@ -25,6 +25,7 @@ from typing import Any, cast
 from omegitops.model.durations import DurationError, parse_duration
 from omegitops.model.state import Json, Strategy
 from omegitops.render.operator import COMPONENTS, OperatorSettings
+from omegitops.util.goint import atoi
 
 OMENATIVE = "OMENative"
 DEFAULT_MODE = "RawDeployment"
@@ -310,10 +311,9 @@ def _operator_fields(isvc: Json, operator: OperatorSettings) -> dict[str, Resolv
 
 
 def _as_int(value: Any) -> Any:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return value
+    """The annotation's number as Go's strconv.Atoi reads it; else the value as is."""
+    number = atoi(value) if isinstance(value, str) else None
+    return value if number is None else number
 
 
 def timeout_seconds(lifecycle: ComponentLifecycle) -> float | None:

@@ -67,6 +67,14 @@ HEALTHY, PROGRESSING, DEGRADED = "Healthy", "Progressing", "Degraded"
 SEVERITY = {HEALTHY: 0, PROGRESSING: 1, DEGRADED: 2}
 RECENT_WARNING_SECONDS = 600
 EVENTS_PER_SERVICE = 5
+# Validation errors and warnings the report lists, each (sorted: the first ones); the
+# rest are counted (``validationErrorsLeftOut``), as the plan counts what it leaves
+# out: a file of 100,000 tiny bad documents made a 30 MB report for the job to commit.
+# ``omegitops validate`` lists them all. The Markdown lists the first LISTED_MARKDOWN.
+LISTED = 1000
+LISTED_MARKDOWN = 50
+LEFT_OUT = {"validationErrors": "validationErrorsLeftOut",
+            "validationWarnings": "validationWarningsLeftOut"}
 # Phases in the order a reader wants them: at rest and fine, in flight, at rest and not fine.
 PHASE_ORDER = ("Ready", "Creating", "Updating", "Restarting", "Migrating", "Deleting",
                "Pending", "Failed")
@@ -118,11 +126,27 @@ def build_report(loaded: Loaded, replicas: list[dict], events: list[dict], now: 
         "services": services,
         "unknownReplicas": sorted(f"{ns}/{name}" for ns, name in by_name
                                   if (ns, name) not in known),
-        "validationErrors": _manifest_errors(loaded.result.errors),
-        "validationWarnings": _manifest_errors(loaded.result.warnings),
     }
+    _list_bounded(report, "validationErrors", _manifest_errors(loaded.result.errors))
+    _list_bounded(report, "validationWarnings", _manifest_errors(loaded.result.warnings))
     report["summary"] = _summary(report)
     return report
+
+
+def _list_bounded(report: dict, key: str, entries: list, left_out: int = 0) -> None:
+    """Put the first ``LISTED`` of ``entries`` under ``key``, and how many more there
+    are (with ``left_out`` already left out) under its ``LEFT_OUT`` key when any."""
+    report[key] = entries[:LISTED]
+    more = left_out + max(0, len(entries) - LISTED)
+    if more:
+        report[LEFT_OUT[key]] = more
+    else:
+        report.pop(LEFT_OUT[key], None)
+
+
+def listed_and_left_out(report: dict, key: str) -> int:
+    """All the report counts under ``key``: those listed and those left out."""
+    return len(report[key]) + report.get(LEFT_OUT[key], 0)
 
 
 def _namespace(item: ServiceComponent) -> str:
@@ -320,7 +344,7 @@ def _summary(report: dict) -> dict:
         "managed": len(managed),
         "notManaged": len(components) - len(managed),
         "health": health,
-        "validationErrors": len(report["validationErrors"]),
+        "validationErrors": listed_and_left_out(report, "validationErrors"),
     }
     summary["text"] = summary_line(summary)
     return summary
@@ -370,7 +394,10 @@ def environment() -> Environment:
 
 
 def render_markdown(report: dict) -> str:
-    return environment().get_template(TEMPLATE).render(report=report)
+    return environment().get_template(TEMPLATE).render(
+        report=report, listed=LISTED_MARKDOWN,
+        errors=listed_and_left_out(report, "validationErrors"),
+        warnings=listed_and_left_out(report, "validationWarnings"))
 
 
 def render_json(report: dict) -> str:
@@ -490,9 +517,12 @@ def merge_reports(reports: list[dict]) -> dict:
         "unknownReplicas": sorted({n for r in reports for n in r["unknownReplicas"]}),
         # Each shard checked its own services and every runtime: runtime errors come
         # from every shard, and are kept once, in the order one report has them.
-        "validationErrors": _once(e for r in reports for e in r["validationErrors"]),
-        "validationWarnings": _once(w for r in reports for w in r["validationWarnings"]),
     }
+    # What a shard left out is not known error by error: a runtime's errors come from
+    # every shard. The merge counts the most any shard left out, a lower bound.
+    for key, left_out in LEFT_OUT.items():
+        _list_bounded(merged, key, _once(e for r in reports for e in r[key]),
+                      max(r.get(left_out, 0) for r in reports))
     merged["summary"] = _summary(merged)
     return merged
 
