@@ -275,7 +275,7 @@ def _room(work: Work, want: int, filling: int) -> int:
         return want - filling
     ceiling = want
     if work.lifecycle.strategy == Strategy.SURGE_THEN_DRAIN:
-        surge = scaled_value(work.lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), want)
+        surge = scaled_value(work.settings.max_surge, want)
         ceiling += want if surge is None else surge
     return max(0, ceiling - filling - leaving)
 

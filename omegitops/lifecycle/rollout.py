@@ -111,11 +111,10 @@ def decide_rollout(work: Work) -> RolloutDecision:
     lifecycle = work.lifecycle
     target = work.desired.revision
     desired = lifecycle.replicas
-    partition = int(lifecycle.value("updateStrategy.rollingUpdate.partition", 0) or 0)
+    partition = lifecycle.settings.partition
     strategy = lifecycle.strategy
-    max_surge = scaled_value(lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), desired)
-    max_unavailable = scaled_value(
-        lifecycle.value("updateStrategy.rollingUpdate.maxUnavailable"), desired)
+    max_surge = scaled_value(lifecycle.settings.max_surge, desired)
+    max_unavailable = scaled_value(lifecycle.settings.max_unavailable, desired)
     surge_slots, notes, frees = surge_in_use(work)
     surge_before = surge_slots
     down, down_rows = unavailable(work)

@@ -246,7 +246,7 @@ def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
 
 
 def _abandon_grace(work: Work) -> int | None:
-    grace = work.seconds("abandonedReplacementGracePeriod")
+    grace = work.settings.abandoned_replacement_grace_period
     return None if grace is None else int(grace)
 
 
@@ -443,8 +443,7 @@ def _in_place(work: Work, row: Row) -> Row:
     operation = row.op
     step = operation.step
     instance = work.instance(row)
-    mark = work.lifecycle.value(
-        "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle", True)
+    mark = work.settings.mark_not_ready_during_lifecycle
     target = _target(operation)
     if step in (Step.UNROUTE, Step.PATCH_IMAGES) and not work.has_templates(target):
         # Nothing patched yet, and nothing tells the target's images any more (its

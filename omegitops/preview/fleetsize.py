@@ -24,7 +24,7 @@ def peak_instances(item: ServiceComponent) -> int:
     replicas = lifecycle.replicas
     if lifecycle.strategy != SURGE_THEN_DRAIN:
         return replicas
-    surge = scaled_value(lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), replicas)
+    surge = scaled_value(lifecycle.settings.max_surge, replicas)
     return replicas + (replicas if surge is None else min(surge, replicas))
 
 

@@ -45,7 +45,6 @@ from omegitops.render.resolve import (
     SINGLE,
     SURGE_THEN_DRAIN,
     ComponentLifecycle,
-    timeout_seconds,
 )
 from omegitops.render.revisions import stored_templates
 from omegitops.render.templates import DEFAULT, LEADER, MAIN_CONTAINER
@@ -167,9 +166,9 @@ def _is_image(path: str) -> bool:
 def budgets_cannot_move(lifecycle: ComponentLifecycle) -> PlanWarning | None:
     """The budgets the strategy reads are all zero: no Instance could ever move."""
     strategy = lifecycle.strategy
-    unavailable = _budget(lifecycle, MAX_UNAVAILABLE)
+    unavailable = _budget(lifecycle, lifecycle.settings.max_unavailable)
     if strategy == SURGE_THEN_DRAIN:
-        surge = _budget(lifecycle, MAX_SURGE)
+        surge = _budget(lifecycle, lifecycle.settings.max_surge)
         if surge == 0 and unavailable == 0:
             return PlanWarning(BUDGETS_CANNOT_MOVE, (
                 f"maxSurge {_described(lifecycle, MAX_SURGE)} and maxUnavailable "
@@ -188,7 +187,7 @@ def recreate_takes_component_offline(lifecycle: ComponentLifecycle) -> PlanWarni
     """RecreatePod with no budget (or one covering every Instance) recreates them all at once."""
     if lifecycle.strategy != RECREATE_POD:
         return None
-    unavailable = _budget(lifecycle, MAX_UNAVAILABLE)
+    unavailable = _budget(lifecycle, lifecycle.settings.max_unavailable)
     want = lifecycle.replicas
     if unavailable is None:
         return PlanWarning(RECREATE_TAKES_COMPONENT_OFFLINE, (
@@ -246,7 +245,7 @@ def min_ready_shorter_than_probe(lifecycle: ComponentLifecycle,
 
 
 def no_instance_ready_timeout(lifecycle: ComponentLifecycle) -> PlanWarning | None:
-    if timeout_seconds(lifecycle) is not None:
+    if lifecycle.settings.instance_ready_timeout is not None:
         return None
     return PlanWarning(NO_INSTANCE_READY_TIMEOUT, (
         "instanceReadyTimeout is unset in the service, the runtime and the operator settings: "
@@ -267,12 +266,12 @@ def component_warnings(lifecycle: ComponentLifecycle, old: dict | None,
     return [warning for warning in found if warning is not None]
 
 
-def _budget(lifecycle: ComponentLifecycle, name: str) -> int | None:
+def _budget(lifecycle: ComponentLifecycle, budget: int | str | None) -> int | None:
     """The budget as the planner scales it; at zero replicas, as it would be for one
     Instance: a component scaled to zero has nothing to move, and its budgets matter
     only once it is scaled up (a percentage of 0 is no reason to warn)."""
     try:
-        return scaled_value(lifecycle.value(name), max(lifecycle.replicas, 1))
+        return scaled_value(budget, max(lifecycle.replicas, 1))
     except BudgetError:
         return None
 
