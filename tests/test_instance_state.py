@@ -54,3 +54,19 @@ def test_an_unknown_name_makes_a_row_unreadable(change, problem):
     stored = {**Row(0, 1, Phase.READY, "svc-engine-a").for_storage(), **change}
     rows, problems = read_rows([stored])
     assert rows == [] and problems == [f"status.instances[0].{problem}"]
+
+
+def test_the_checked_changes_name_every_field_a_step_may_change():
+    """``Row.but``, ``step_to`` and ``with_op`` take only the fields these TypedDicts
+    name (mypy holds the callers to them): every field but the identity, with its type."""
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    from omegitops.model import state
+
+    for cls, changes, fixed in ((state.Row, state.RowChanges, {"index"}),
+                                (state.Operation, state.OperationChanges, {"step"})):
+        hints = get_type_hints(cls)
+        assert {f.name for f in fields(cls)} - fixed == set(changes.__annotations__)
+        assert {name: hints[name] for name in changes.__annotations__} == \
+            get_type_hints(changes)

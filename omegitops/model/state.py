@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 # Raw Kubernetes JSON (a pod, a condition, a failure record): kept as the API gives it.
 Json = dict[str, Any]
@@ -192,15 +192,15 @@ class Row:
             raise ValueError(f"Instance {self.index} holds no operation")
         return self.operation
 
-    def but(self, **changes: Any) -> Row:
-        """This row with ``changes`` (fields by name, as ``dataclasses.replace`` takes)."""
+    def but(self, **changes: Unpack[RowChanges]) -> Row:
+        """This row with ``changes`` (fields by name, checked against ``RowChanges``)."""
         return replace(self, **changes)
 
-    def step_to(self, step: Step, **changes: Any) -> Row:
+    def step_to(self, step: Step, **changes: Unpack[OperationChanges]) -> Row:
         """This row with its operation at ``step`` and ``changes`` to the operation."""
         return replace(self, operation=replace(self.op, step=step, **changes))
 
-    def with_op(self, **changes: Any) -> Row:
+    def with_op(self, **changes: Unpack[OperationChanges]) -> Row:
         """This row with ``changes`` to its operation."""
         return replace(self, operation=replace(self.op, **changes))
 
@@ -232,6 +232,51 @@ class Row:
                 continue
             stored[key] = list(value) if isinstance(value, tuple) else value
         return stored
+
+
+class OperationChanges(TypedDict, total=False):
+    """The fields of an ``Operation`` a step may change (``Row.step_to``, ``Row.with_op``):
+    a misspelt or mistyped one is a type error. tests/test_instance_state.py holds them
+    to ``Operation``'s fields."""
+
+    type: OperationType
+    strategy: str | None
+    started_at: str | None
+    deadline: str | None
+    waiting: str | None
+    mode: Mode | None
+    target_revision: str | None
+    ordinal: int | None
+    replacement: int | None
+    handed_over: bool
+    served: bool
+    fresh: bool
+    retry: bool
+    abandon_grace: int | None
+    overdue: bool
+    refused: Json | None
+    stuck: Mapping[str, str] | None
+    held_at: str | None
+    hold_ended: str | None
+
+
+class RowChanges(TypedDict, total=False):
+    """The fields of a ``Row`` a step may change (``Row.but``), checked as
+    ``OperationChanges`` are."""
+
+    incarnation: int
+    phase: Phase
+    revision: str
+    operation: Operation | None
+    last_failure: Json | None
+    pods: tuple[Json, ...]
+    ordinal: int | None
+    surge_of: int | None
+    rebuild: bool
+    refused: str | None
+    attempts: int | None
+    retry_at: str | None
+    avoid_nodes: tuple[str, ...] | None
 
 
 # Each field's name in the stored status.
