@@ -45,9 +45,10 @@ from omegitops.app.passes import (
 from omegitops.cluster.base import Cluster, side_by_side
 from omegitops.lifecycle.planner import Plan
 from omegitops.manifests.load import ServiceComponent
+from omegitops.model.ids import ComponentKey
 from omegitops.util.errors import ClusterError
 
-Key = tuple[str, str, str]
+Key = ComponentKey
 # A whole pass this often, however quiet the watches are (an informer's resync).
 RESYNC_SECONDS = 300.0
 # After the first change, how long to gather the ones right behind it (a pod

@@ -50,6 +50,7 @@ from omegitops.model.actions import (
     PatchImages,
     SetServing,
 )
+from omegitops.model.ids import ComponentKey
 from omegitops.model.outbox import OUTBOX
 from omegitops.model.replica import decode_rows, encode_rows, replica_name
 from omegitops.model.state import Row
@@ -75,11 +76,11 @@ log = logging.getLogger(__name__)
 class Observation:
     """Everything omegitops manages, listed once per pass."""
 
-    pods: dict[tuple[str, str, str], list[dict]] = field(default_factory=dict)
+    pods: dict[ComponentKey, list[dict]] = field(default_factory=dict)
     replicas: dict[tuple[str, str], dict] = field(default_factory=dict)
-    revisions: dict[tuple[str, str, str], list[dict]] = field(default_factory=dict)
-    services: dict[tuple[str, str, str], dict[str, dict]] = field(default_factory=dict)
-    podgroups: dict[tuple[str, str, str], dict[str, dict]] | None = None
+    revisions: dict[ComponentKey, list[dict]] = field(default_factory=dict)
+    services: dict[ComponentKey, dict[str, dict]] = field(default_factory=dict)
+    podgroups: dict[ComponentKey, dict[str, dict]] | None = None
 
     def component(self, namespace: str, isvc: str, component: str) -> ObservedComponent:
         key = (namespace, isvc, component)
@@ -95,11 +96,12 @@ class Observation:
         )
 
 
-def owner_key(obj: dict) -> tuple[str, str, str]:
+def owner_key(obj: dict) -> ComponentKey:
     """(namespace, service, component) of a managed object, from its labels."""
     meta = obj["metadata"]
     labels = meta.get("labels") or {}
-    return meta.get("namespace", ""), labels.get(LABEL_ISVC, ""), labels.get(LABEL_COMPONENT, "")
+    return ComponentKey(meta.get("namespace", ""), labels.get(LABEL_ISVC, ""),
+                        labels.get(LABEL_COMPONENT, ""))
 
 
 def observed_kinds(cluster: Cluster) -> list[str]:
@@ -131,7 +133,7 @@ def observe(cluster: Cluster) -> Observation:
     return seen
 
 
-def observe_keys(cluster: Cluster, seen: Observation, keys: set[tuple[str, str, str]]) -> None:
+def observe_keys(cluster: Cluster, seen: Observation, keys: set[ComponentKey]) -> None:
     """Bring ``seen`` up to date for the components ``keys`` only, from a cluster that
     watches what ``observe`` lists (``Cluster.list_keyed``)."""
     for key in keys:
@@ -176,7 +178,7 @@ class PassResult:
     errors: list[str] = field(default_factory=list)
     # InferenceReplicas no component of the repository accounts for, left alone (no
     # --prune, or kept by it): (namespace/name, its (namespace, service, component)).
-    orphans: list[tuple[str, tuple[str, str, str]]] = field(default_factory=list)
+    orphans: list[tuple[str, ComponentKey]] = field(default_factory=list)
     # False when a LIST failed: nothing was planned or written, and the work is unknown.
     observed: bool = True
     # True when RBAC does not grant what the run needs: nothing was written, and the
@@ -186,7 +188,7 @@ class PassResult:
     # every other component, already applied, which still counts for busy and wake_at.
     carried: list[tuple[ServiceComponent | None, Plan]] = field(default_factory=list)
     # Components whose plan or writes failed this pass: planned again on the next.
-    failed: set[tuple[str, str, str]] = field(default_factory=set)
+    failed: set[ComponentKey] = field(default_factory=set)
     # How many of ``errors`` were the cluster's passing faults (Transient: a timeout, a
     # 5xx, an API server restarting), which the next pass carries on from.
     transient: int = 0
@@ -237,7 +239,7 @@ class Pruning:
 @without_gc_pauses  # see omegitops/util/gcpause.py: a third of a big pass was full collections
 def plan_all(cluster: Cluster, items: list[ServiceComponent],
              prune: Pruning | None = None, seen: Observation | None = None,
-             only: set[tuple[str, str, str]] | None = None) -> PassResult:
+             only: set[ComponentKey] | None = None) -> PassResult:
     """Observe once (unless ``seen`` is given) and plan every managed component, or
     those whose key is in ``only``; no writes."""
     now = cluster.now()
@@ -272,20 +274,20 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
     return result
 
 
-def plan_key(plan: Plan) -> tuple[str, str, str]:
+def plan_key(plan: Plan) -> ComponentKey:
     """(namespace, service, component) of the component a plan is for."""
     return replica_key(plan.replica)
 
 
-def replica_key(replica: dict) -> tuple[str, str, str]:
+def replica_key(replica: dict) -> ComponentKey:
     """(namespace, service, component) an InferenceReplica belongs to, from its spec."""
     spec = replica.get("spec") or {}
-    return (replica["metadata"].get("namespace", ""), spec.get("inferenceService", ""),
-            spec.get("component", ""))
+    return ComponentKey(replica["metadata"].get("namespace", ""),
+                        spec.get("inferenceService", ""), spec.get("component", ""))
 
 
-def unaccounted_replicas(seen: Observation, wanted: set[tuple[str, str, str]]
-                         ) -> Iterator[tuple[tuple[str, str], dict, tuple[str, str, str]]]:
+def unaccounted_replicas(seen: Observation, wanted: set[ComponentKey]
+                         ) -> Iterator[tuple[tuple[str, str], dict, ComponentKey]]:
     """(key, InferenceReplica, its component) for each replica the cluster has that no
     component in ``wanted`` accounts for: its service gone from the repository, the
     component dropped from it, or the service in another mode. The reconciler keeps or
@@ -296,10 +298,11 @@ def unaccounted_replicas(seen: Observation, wanted: set[tuple[str, str, str]]
             yield key, replica, owner
 
 
-def component_key(item: ServiceComponent) -> tuple[str, str, str]:
+def component_key(item: ServiceComponent) -> ComponentKey:
     """(namespace, service, component) of a resolved component."""
     meta = item.service.data["metadata"]
-    return meta.get("namespace") or "default", meta["name"], item.lifecycle.component
+    return ComponentKey(meta.get("namespace") or "default", meta["name"],
+                        item.lifecycle.component)
 
 
 def planning_error(item: ServiceComponent, err: Exception) -> str:
@@ -333,7 +336,7 @@ PlannedItem = tuple[DesiredComponent, ObservedComponent, Plan]
 
 
 def plan_each(seen: Observation, items: list[ServiceComponent], now: datetime,
-              only: set[tuple[str, str, str]] | None = None,
+              only: set[ComponentKey] | None = None,
               ) -> Iterator[tuple[ServiceComponent, PlannedItem | None, str | None]]:
     """Each component of ``items`` (those whose key is in ``only``) with its plan, or the
     error that stopped it: ``(item, (desired, observed, plan), None)``, ``(item, None,
@@ -373,7 +376,7 @@ def teardown_desired(replica: dict, observed: ObservedComponent) -> DesiredCompo
 @without_gc_pauses
 def run_pass(cluster: Cluster, items: list[ServiceComponent],
              prune: Pruning | None = None, seen: Observation | None = None,
-             only: set[tuple[str, str, str]] | None = None) -> PassResult:
+             only: set[ComponentKey] | None = None) -> PassResult:
     """Observe, plan and apply one pass (of the components in ``only``, on ``seen``,
     when given: see ``plan_all``)."""
     try:

@@ -23,6 +23,7 @@ from omegitops.cluster.base import INFERENCE_REPLICA, Cluster
 from omegitops.cluster.errors import LeaseLost
 from omegitops.manifests.load import Loaded, ServiceComponent
 from omegitops.manifests.repository import INFERENCE_SERVICE
+from omegitops.model.ids import ComponentKey
 from omegitops.util.errors import print_errors
 
 log = logging.getLogger("omegitops")
@@ -181,7 +182,7 @@ class _Progress:
         for orphan, owner in result.orphans:
             self._warn_orphan(orphan, owner)
 
-    def _warn_orphan(self, orphan: str, owner: tuple[str, str, str]) -> None:
+    def _warn_orphan(self, orphan: str, owner: ComponentKey) -> None:
         if orphan in self.warned:
             return  # once per run, not once per pass
         self.warned.add(orphan)

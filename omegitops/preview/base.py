@@ -24,6 +24,7 @@ from omegitops.gitops.credentials import git_environment
 from omegitops.gitops.gitcmd import Git, GitError
 from omegitops.gitops.repo import work_tree
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
+from omegitops.model.ids import ComponentKey
 from omegitops.render.component import DesiredComponent
 from omegitops.render.desired import build_desired
 from omegitops.util.errors import InputError
@@ -193,9 +194,10 @@ class RevisionHistory:
         return self._loaded[commit]
 
 
-def _key(item: ServiceComponent) -> tuple[str, str, str]:
+def _key(item: ServiceComponent) -> ComponentKey:
     meta = item.service.data["metadata"]
-    return meta.get("namespace") or "default", meta["name"], item.lifecycle.component
+    return ComponentKey(meta.get("namespace") or "default", meta["name"],
+                        item.lifecycle.component)
 
 
 def _report_branch(git: Git, branch: str) -> tuple[str, str | None]:

@@ -32,6 +32,7 @@ from omegitops.app.passes import apply_plan, plan_all
 from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import ServiceComponent
+from omegitops.model.ids import ComponentKey
 from omegitops.model.replica import decode_rows, replica_name
 from omegitops.render.component import DesiredComponent
 from omegitops.render.desired import build_desired
@@ -90,14 +91,14 @@ def _count_of(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def reported_components(report: dict) -> dict[tuple[str, str, str], dict]:
+def reported_components(report: dict) -> dict[ComponentKey, dict]:
     """The report's managed components that carry Instance state, by (namespace,
     service, component)."""
     found = {}
     for service in report.get("services") or []:
         for component in service.get("components") or []:
             if component.get("managed") and isinstance(component.get("state"), dict):
-                found[(service.get("namespace"), service.get("name"),
+                found[ComponentKey(service.get("namespace"), service.get("name"),
                        component.get("component"))] = component
     return found
 
