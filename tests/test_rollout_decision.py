@@ -195,5 +195,5 @@ def test_deciding_changes_nothing_and_acting_opens_what_was_decided():
     assert outcome.decision == decision
     opened = [row.index for row in work.rows.values() if row.operation is not None]
     assert opened == [m.index for m in decision.starts] == [0]
-    assert outcome.hold is not None and outcome.hold["reason"] == decision.hold_reason
+    assert outcome.hold is not None and outcome.hold.reason == decision.hold_reason
     assert [e.reason for e in work.events] == ["InstanceUpdating"]

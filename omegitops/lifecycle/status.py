@@ -64,7 +64,7 @@ def component_status(work: Work, rows: list[Row], previous: Json,
         "currentRevision": _current_revision(rows, desired.revision, want),
         "updateRevision": desired.revision,
         "conditions": conditions,
-        "rolloutHold": rollout.hold,
+        "rolloutHold": None if rollout.hold is None else rollout.hold.for_storage(),
     }
 
 

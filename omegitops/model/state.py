@@ -85,6 +85,48 @@ class Strategy(StrEnum):
     IN_PLACE_ONLY = "InPlaceOnly"
 
 
+class Gate(StrEnum):
+    """What holds a rollout (``status.rolloutHold.gate``)."""
+
+    BUDGET = "Budget"
+
+
+class StoredHold(TypedDict):
+    """``status.rolloutHold`` as the InferenceReplica stores it."""
+
+    gate: str
+    reason: str
+    since: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What holds the rollout: the gate, why, since when, toward which revision."""
+
+    gate: Gate
+    reason: str
+    since: str
+    target: str
+
+    @classmethod
+    def from_storage(cls, stored: object) -> Hold | None:
+        """The hold a status records; None when it records none, or one it cannot read
+        (a hold is recomputed on every pass)."""
+        if not isinstance(stored, dict):
+            return None
+        try:
+            gate = Gate(str(stored.get("gate")))
+        except ValueError:
+            return None
+        return cls(gate, str(stored.get("reason") or ""), str(stored.get("since") or ""),
+                   str(stored.get("target") or ""))
+
+    def for_storage(self) -> StoredHold:
+        return {"gate": self.gate.value, "reason": self.reason, "since": self.since,
+                "target": self.target}
+
+
 class Outcome(Enum):
     """What a step left of the Instance: still there, or gone from the record."""
 

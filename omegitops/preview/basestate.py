@@ -34,6 +34,7 @@ from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import ServiceComponent
 from omegitops.model.ids import ComponentKey
 from omegitops.model.replica import decode_rows, replica_name
+from omegitops.model.state import Mode, OperationType, Phase
 from omegitops.render.component import DesiredComponent
 from omegitops.render.desired import build_desired
 from omegitops.render.instance import PodSpecInput, instance_pods
@@ -241,7 +242,7 @@ def _as_replayed(replica: dict, rows: list[dict], retries: dict, revision: str) 
     replayed = {row["index"] for row in decode_rows((replica.get("status") or {}).get(
         "instances"))}
     return replayed == {row["index"] for row in rows} and all(
-        row["phase"] == "Ready" and not row.get("operation") and row["revision"] == revision
+        row["phase"] == Phase.READY and not row.get("operation") and row["revision"] == revision
         and not row.get("lastFailure") and not row.get("avoidNodes") for row in rows)
 
 
@@ -250,7 +251,7 @@ def _pod(base: DesiredComponent, row: dict, entry: dict,
     """The pod ``entry`` of ``row`` names, built from the revision it runs."""
     operation = row.get("operation") or {}
     ordinal = entry.get("ordinal") if isinstance(entry.get("ordinal"), int) else 0
-    surging = operation.get("mode") == "Surge" and operation.get("ordinal") == ordinal \
+    surging = operation.get("mode") == Mode.SURGE and operation.get("ordinal") == ordinal \
         and not base.gang
     revision = operation["targetRevision"] if surging else row["revision"]
     runs = templates(revision)
@@ -259,7 +260,7 @@ def _pod(base: DesiredComponent, row: dict, entry: dict,
                         base.pod_metadata)
     built = instance_pods(spec, row["index"], row["incarnation"], 0 if base.gang else ordinal)
     pod = next((p for p in built if p["metadata"]["name"] == entry.get("name")), None)
-    if pod is not None and operation and (surging or operation.get("type") != "Update"):
+    if pod is not None and operation and (surging or operation.get("type") != OperationType.UPDATE):
         pod["metadata"].setdefault("annotations", {})[OPERATION_ANNOTATION] = \
             operation.get("startedAt")
     return pod
@@ -270,7 +271,7 @@ def _faults(row: dict, pod: dict) -> list[tuple[str, dict]]:
     cannot be pulled (every pod of that image, as a registry refuses it to all), a
     crash loop (that pod)."""
     failure = row.get("lastFailure") or {}
-    if row.get("phase") != "Failed" or failure.get("pod") != pod["metadata"]["name"]:
+    if row.get("phase") != Phase.FAILED or failure.get("pod") != pod["metadata"]["name"]:
         return []
     reason = failure.get("reason")
     if reason in IMAGE_FAILURES:
@@ -288,7 +289,7 @@ def _count(seeded: Seeded, rows: list[dict], retries: dict, revision: str,
            replica: dict) -> None:
     seeded.components += 1
     seeded.staged += sum(1 for row in rows if row["revision"] != revision)
-    seeded.failed += sum(1 for row in rows if row.get("phase") == "Failed")
+    seeded.failed += sum(1 for row in rows if row.get("phase") == Phase.FAILED)
     seeded.held += sum(1 for entry in retries.values()
                        if isinstance(entry, dict) and entry.get("held"))
     seeded.pinned += revision != (replica.get("spec") or {}).get("revision")

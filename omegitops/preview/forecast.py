@@ -22,7 +22,7 @@ from omegitops.capacity.scheduler import pod_requests
 from omegitops.cluster.base import Cluster
 from omegitops.manifests.load import ServiceComponent
 from omegitops.model.durations import format_duration
-from omegitops.model.replica import decode_rows
+from omegitops.model.state import Operation, Phase
 from omegitops.preview.cadence import Cadence
 from omegitops.util.times import format_time, parse_time
 
@@ -38,7 +38,7 @@ InstanceKey = tuple[str, str, int]
 
 @dataclass(frozen=True)
 class InstanceState:
-    phase: str | None
+    phase: Phase | None
     operation: tuple[str, str, str] | None  # (type, mode, startedAt)
     label: str = ""
 
@@ -78,23 +78,23 @@ def sample_pass(result: PassResult, pods: int, gpus: int = 0) -> Sample:
         ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"),
                      {})
         updated[key] = (int(status.get("updatedReplicas") or 0), ready.get("message") or "")
-        for row in decode_rows(status.get("instances")):
-            operation = row.get("operation")
+        for row in plan.rows:
+            operation = row.operation
             op = None
             label = ""
-            if operation:
-                op = (operation.get("type") or "", operation.get("mode") or "",
-                      operation.get("startedAt") or "")
-                label = span_label(row["index"], operation, row.get("surgeOf"))
-            instances[(*key, row["index"])] = InstanceState(row.get("phase"), op, label)
+            if operation is not None:
+                op = (operation.type.value, operation.mode.value if operation.mode else "",
+                      operation.started_at or "")
+                label = span_label(row.index, operation, row.surge_of)
+            instances[(*key, row.index)] = InstanceState(row.phase, op, label)
     return Sample(result.now.timestamp(), pods, capacity, instances, updated, gpus)
 
 
-def span_label(index: int, operation: dict, surge_of: int | None = None) -> str:
+def span_label(index: int, operation: Operation, surge_of: int | None = None) -> str:
     """``Instance 0 Update (Surge)``; a gang's replacement says whom it replaces."""
-    label = f"Instance {index} {operation.get('type') or 'Operation'}"
-    if operation.get("mode"):
-        label += f" ({operation['mode']})"
+    label = f"Instance {index} {operation.type.value}"
+    if operation.mode is not None:
+        label += f" ({operation.mode.value})"
     if surge_of is not None:
         label += f" replacing {surge_of}"
     return label
@@ -134,7 +134,7 @@ def operation_spans(samples: list[Sample]) -> list[Span]:
     for sample in samples:
         for key in sorted(set(open_spans) | set(sample.instances)):
             state = sample.instances.get(key)
-            failed = state is not None and state.phase == "Failed"
+            failed = state is not None and state.phase == Phase.FAILED
             current = state.operation if state is not None and not failed else None
             if key in open_spans and open_spans[key][0] != current:
                 same = state is not None and state.operation == open_spans[key][0]

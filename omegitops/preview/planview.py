@@ -38,8 +38,8 @@ from omegitops.lifecycle.planner import Plan
 from omegitops.lifecycle.updates import images_only
 from omegitops.manifests.load import Loaded, ServiceComponent
 from omegitops.model.budgets import BudgetError, scaled_value
-from omegitops.model.replica import decode_rows, replica_name
-from omegitops.model.state import Strategy
+from omegitops.model.replica import replica_name
+from omegitops.model.state import Gate, Hold, Operation, OperationType, Phase, Row, Strategy
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.resolve import (
     SINGLE,
@@ -413,22 +413,17 @@ def next_step(planned: PlannedComponent) -> list[str]:
 
 def instance_lines(plan: Plan) -> list[dict[str, Any]]:
     """Each Instance as this pass leaves it: phase, revision and operation step."""
-    rows = decode_rows((plan.replica.get("status") or {}).get("instances"))
-    out = []
-    for row in sorted(rows, key=lambda r: r.get("index", 0)):
-        operation = row.get("operation")
-        out.append({"index": row.get("index"), "phase": row.get("phase"),
-                    "revision": row.get("revision"),
-                    "operation": operation_label(operation) if operation else None})
-    return out
+    return [{"index": row.index, "phase": row.phase.value, "revision": row.revision,
+             "operation": None if row.operation is None else operation_label(row.operation)}
+            for row in plan.rows]
 
 
-def operation_label(operation: dict) -> str:
+def operation_label(operation: Operation) -> str:
     """``Update/Surge SurgeCreate``."""
-    kind = operation.get("type") or "?"
-    if operation.get("mode"):
-        kind += f"/{operation['mode']}"
-    return f"{kind} {operation.get('step') or ''}".strip()
+    kind = operation.type.value
+    if operation.mode is not None:
+        kind += f"/{operation.mode.value}"
+    return f"{kind} {operation.step.value}"
 
 
 def component_view(planned: PlannedComponent) -> dict[str, Any]:
@@ -468,46 +463,47 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
     if revision["old"] is not None and revision["old"] != revision["new"]:
         diff = template_unified_diff(old_templates, desired.templates, revision["old"],
                                      revision["new"])
-    rows = decode_rows(status.get("instances"))
+    rows = plan.rows
+    hold = plan.hold
     view.update(
         lifecycleChanges=lifecycle_changes(desired, observed),
         templateDiff=diff,
         toMove=sum(1 for row in rows
-                   if row.get("revision") != desired.revision and row.get("surgeOf") is None
-                   and row.get("phase") != "Deleting"),
+                   if row.revision != desired.revision and row.surge_of is None
+                   and row.phase != Phase.DELETING),
         revision=revision,
         nextStep=next_step(planned),
         instances=instance_lines(plan),
-        hold=status.get("rolloutHold"),
+        hold=None if hold is None else hold.for_storage(),
         conditions=[{key: c.get(key) for key in ("type", "status", "reason", "message")}
                     for c in status.get("conditions") or [] if c.get("type") in SHOWN_CONDITIONS],
         warnings=[w.to_dict() for w in component_warnings(lifecycle, old_templates,
                                                           desired.templates)],
         changes=not plan.is_noop,
     )
-    view["pacing"] = pacing(lifecycle, view["hold"], rows)
+    view["pacing"] = pacing(lifecycle, hold, rows)
     # What the reviewer asks first: does this component change at all?
     view["changed"] = bool(revision["old"] != revision["new"] or view["lifecycleChanges"]
                            or view["changes"])
     return view
 
 
-def pacing(lifecycle: ComponentLifecycle, hold: dict | None,
-           rows: list[dict]) -> dict[str, Any] | None:
+def pacing(lifecycle: ComponentLifecycle, hold: Hold | None,
+           rows: tuple[Row, ...]) -> dict[str, Any] | None:
     """A Budget hold while updates of the rollout are in flight is the budgets pacing it,
     not a hold: the others wait their turn. None for any other hold (a budget that lets
     nothing move, a held revision, InPlaceOnly refusing)."""
-    if not hold or hold.get("gate") != "Budget":
+    if hold is None or hold.gate != Gate.BUDGET:
         return None
-    moving = sum(1 for row in rows if (row.get("operation") or {}).get("type") == "Update")
+    moving = sum(1 for row in rows
+                 if row.operation is not None and row.operation.type == OperationType.UPDATE)
     if not moving:
         return None
     budgets = ", ".join(f"{name.rsplit('.', 1)[-1]} {_described(lifecycle, name)}"
                         for name in (MAX_SURGE, MAX_UNAVAILABLE)
                         if name in lifecycle.fields and (
                             name != MAX_SURGE or lifecycle.strategy == SURGE_THEN_DRAIN))
-    waiting = sum(1 for row in rows if not row.get("operation")
-                  and row.get("revision") != hold.get("target"))
+    waiting = sum(1 for row in rows if row.operation is None and row.revision != hold.target)
     return {"moving": moving, "waiting": waiting,
             "short": f"{moving} at a time",
             "text": f"{moving} Instance{'' if moving == 1 else 's'} moving at a time within "
