@@ -16,14 +16,16 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from omegitops.app.passes import MANAGED, PassResult, Pruning, component_key, run_pass
+from omegitops.app.passes import PassResult, Pruning, component_key, run_pass
 from omegitops.app.untilidle import IDLE, PASS_LIMIT, run_until_idle
 from omegitops.cluster.base import INFERENCE_REPLICA, Cluster
 from omegitops.cluster.errors import LeaseLost
 from omegitops.manifests.load import Loaded, ServiceComponent
 from omegitops.manifests.repository import INFERENCE_SERVICE
 from omegitops.model.ids import ComponentKey
+from omegitops.render.templates import MANAGED
 from omegitops.util.errors import print_errors
 
 log = logging.getLogger("omegitops")
@@ -69,7 +71,7 @@ class RunOutcome:
     lost: LeaseLost | None = None
     # The last pass met only the cluster's passing faults.
     outage: bool = False
-    replicas: list[dict] = field(default_factory=list)
+    replicas: list[dict[str, Any]] = field(default_factory=list)
     now: datetime | None = None
 
     @property

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from omegitops.app.passes import apply_plan, plan_all
 from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA
@@ -92,7 +92,7 @@ def _count_of(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def reported_components(report: dict) -> dict[ComponentKey, dict]:
+def reported_components(report: dict[str, Any]) -> dict[ComponentKey, dict[str, Any]]:
     """The report's managed components that carry Instance state, by (namespace,
     service, component)."""
     found = {}
@@ -104,7 +104,7 @@ def reported_components(report: dict) -> dict[ComponentKey, dict]:
     return found
 
 
-def seed(sim: SimCluster, items: list[ServiceComponent], report: dict, find: Finder) -> Seeded:
+def seed(sim: SimCluster, items: list[ServiceComponent], report: dict[str, Any], find: Finder) -> Seeded:
     """Put the report's Instances on ``sim`` (the base replayed on it); see the module."""
     seeded = Seeded()
     reported = reported_components(report)
@@ -114,7 +114,8 @@ def seed(sim: SimCluster, items: list[ServiceComponent], report: dict, find: Fin
         if not item.lifecycle.managed:
             continue
         meta = item.service.data["metadata"]
-        key = (meta.get("namespace") or "default", meta["name"], item.lifecycle.component)
+        key = ComponentKey(meta.get("namespace") or "default", meta["name"],
+                           item.lifecycle.component)
         component = reported.get(key)
         if component is None:
             continue
@@ -148,12 +149,12 @@ class _Component:
     """One component's seed: its rows, the InferenceReplica, the pods to make."""
 
     namespace: str
-    replica: dict
+    replica: dict[str, Any]
     revision: str
-    rows: list[dict]
-    retries: dict
-    pods: list[tuple[dict, bool]]  # (pod, served)
-    faults: list[tuple[str, dict]]  # (fault kind, arguments)
+    rows: list[dict[str, Any]]
+    retries: dict[str, Any]
+    pods: list[tuple[dict[str, Any], bool]]  # (pod, served)
+    faults: list[tuple[str, dict[str, Any]]]  # (fault kind, arguments)
 
     def create_pods(self, sim: SimCluster) -> None:
         for kind, where in self.faults:
@@ -170,8 +171,8 @@ class _Component:
             if served:
                 sim.set_pod_condition(self.namespace, pod["metadata"]["name"], SERVING_GATE,
                                       True)
-        replica = sim.get_object(INFERENCE_REPLICA, self.namespace,
-                                 self.replica["metadata"]["name"])
+        replica = cast(dict[str, Any], sim.get_object(INFERENCE_REPLICA, self.namespace,
+                                                      self.replica["metadata"]["name"]))
         replica["spec"]["revision"] = self.revision
         replica = sim.replace_object(replica)
         status = dict(replica.get("status") or {})
@@ -181,7 +182,7 @@ class _Component:
         sim.replace_status(replica)
 
 
-def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, find: Finder,
+def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict[str, Any], find: Finder,
                     shift: float, seeded: Seeded) -> _Component | None:
     state = component["state"]
     rows = [_shifted(row, shift) for row in decode_rows(state.get("instances"))]
@@ -199,8 +200,9 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, fi
     labels = {LABEL_ISVC: isvc, LABEL_COMPONENT: name}
     stored = {r["metadata"]["name"]: r for r in sim.list_objects(CONTROLLER_REVISION, labels)
               if r["metadata"].get("namespace") == namespace}
-    wanted = {revision} | {row["revision"] for row in rows} | {
-        (row.get("operation") or {}).get("targetRevision") for row in rows} - {None}
+    targets = {(row.get("operation") or {}).get("targetRevision") for row in rows}
+    wanted: set[str] = {revision} | {row["revision"] for row in rows} | {
+        target for target in targets if target is not None}
     number = max((int(r.get("revision") or 0) for r in stored.values()), default=0)
     for missing in sorted(wanted - set(stored)):
         desired = find(item, missing)
@@ -213,7 +215,7 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, fi
         number += 1
         stored[missing] = sim.create_object(revision_object(desired, number))
 
-    def templates(of: str) -> dict[str, dict]:
+    def templates(of: str) -> dict[str, dict[str, Any]]:
         data = revision_data(stored[of]) if of in stored else {}
         return data.get("templates") or base.templates
 
@@ -233,7 +235,7 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, fi
                       _shifted(state.get("revisionRetries") or {}, shift), pods, faults)
 
 
-def _as_replayed(replica: dict, rows: list[dict], retries: dict, revision: str) -> bool:
+def _as_replayed(replica: dict[str, Any], rows: list[dict[str, Any]], retries: dict[str, Any], revision: str) -> bool:
     """Whether the replayed component already is what the report says: every Instance
     Ready at rest on the revision the replay made, at the same indices, nothing held.
     Most of a fleet is, and is left as replayed (its pods are not made again)."""
@@ -246,8 +248,8 @@ def _as_replayed(replica: dict, rows: list[dict], retries: dict, revision: str) 
         and not row.get("lastFailure") and not row.get("avoidNodes") for row in rows)
 
 
-def _pod(base: DesiredComponent, row: dict, entry: dict,
-         templates: Callable[[str], dict[str, dict]]) -> dict | None:
+def _pod(base: DesiredComponent, row: dict[str, Any], entry: dict[str, Any],
+         templates: Callable[[str], dict[str, dict[str, Any]]]) -> dict[str, Any] | None:
     """The pod ``entry`` of ``row`` names, built from the revision it runs."""
     operation = row.get("operation") or {}
     ordinal = entry.get("ordinal") if isinstance(entry.get("ordinal"), int) else 0
@@ -258,7 +260,8 @@ def _pod(base: DesiredComponent, row: dict, entry: dict,
     spec = PodSpecInput(base.namespace, base.isvc, base.component, revision, runs,
                         workers_of(runs, base.lifecycle.worker_size), base.gang,
                         base.pod_metadata)
-    built = instance_pods(spec, row["index"], row["incarnation"], 0 if base.gang else ordinal)
+    built = instance_pods(spec, row["index"], row["incarnation"],
+                          0 if base.gang else cast(int, ordinal))
     pod = next((p for p in built if p["metadata"]["name"] == entry.get("name")), None)
     if pod is not None and operation and (surging or operation.get("type") != OperationType.UPDATE):
         pod["metadata"].setdefault("annotations", {})[OPERATION_ANNOTATION] = \
@@ -266,7 +269,7 @@ def _pod(base: DesiredComponent, row: dict, entry: dict,
     return pod
 
 
-def _faults(row: dict, pod: dict) -> list[tuple[str, dict]]:
+def _faults(row: dict[str, Any], pod: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """The fault a Failed Instance's last failure names, again on its pod: an image that
     cannot be pulled (every pod of that image, as a registry refuses it to all), a
     crash loop (that pod)."""
@@ -285,8 +288,8 @@ def _faults(row: dict, pod: dict) -> list[tuple[str, dict]]:
     return []
 
 
-def _count(seeded: Seeded, rows: list[dict], retries: dict, revision: str,
-           replica: dict) -> None:
+def _count(seeded: Seeded, rows: list[dict[str, Any]], retries: dict[str, Any], revision: str,
+           replica: dict[str, Any]) -> None:
     seeded.components += 1
     seeded.staged += sum(1 for row in rows if row["revision"] != revision)
     seeded.failed += sum(1 for row in rows if row.get("phase") == Phase.FAILED)
@@ -295,7 +298,7 @@ def _count(seeded: Seeded, rows: list[dict], retries: dict, revision: str,
     seeded.pinned += revision != (replica.get("spec") or {}).get("revision")
 
 
-def _shift_of(report: dict, sim: SimCluster) -> float:
+def _shift_of(report: dict[str, Any], sim: SimCluster) -> float:
     """Seconds from the report's cluster time to the simulated cluster's now: every time
     in the rows (a deadline, a backoff) keeps its distance from now."""
     try:

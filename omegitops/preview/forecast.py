@@ -13,9 +13,9 @@ samples into the summary a pull request shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from omegitops.app.passes import MANAGED, PassResult
+from omegitops.app.passes import PassResult
 from omegitops.app.untilidle import BUDGET_SPENT, IDLE, run_until_idle
 from omegitops.capacity.nodes import GPU
 from omegitops.capacity.scheduler import pod_requests
@@ -24,6 +24,7 @@ from omegitops.manifests.load import ServiceComponent
 from omegitops.model.durations import format_duration
 from omegitops.model.state import Operation, Phase
 from omegitops.preview.cadence import Cadence
+from omegitops.render.templates import MANAGED
 from omegitops.util.times import format_time, parse_time
 
 DEFAULT_BUDGET_SECONDS = 7200.0
@@ -57,7 +58,7 @@ class Sample:
     gpus: int = 0
 
 
-def usage(pods: list[dict]) -> tuple[int, int]:
+def usage(pods: list[dict[str, Any]]) -> tuple[int, int]:
     """(pods, GPUs they ask for): what a cluster must hold for them."""
     gpus = sum(pod_requests(pod).get(GPU, 0) for pod in pods)
     return len(pods), -(-gpus // 1000)
@@ -75,7 +76,7 @@ def sample_pass(result: PassResult, pods: int, gpus: int = 0) -> Sample:
         status = plan.replica.get("status") or {}
         capacity[key] = (int(status.get("servingReplicas") or 0),
                          int(status.get("desiredReplicas") or 0))
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+        ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"),
                      {})
         updated[key] = (int(status.get("updatedReplicas") or 0), ready.get("message") or "")
         for row in plan.rows:
@@ -124,7 +125,7 @@ class Span:
 
 def operation_spans(samples: list[Sample]) -> list[Span]:
     """Each Instance operation's span; one still open at the last sample is ``running``."""
-    open_spans: dict[InstanceKey, tuple[tuple, float, str]] = {}
+    open_spans: dict[InstanceKey, tuple[tuple[Any, ...], float, str]] = {}
     spans: list[Span] = []
 
     def close(key: InstanceKey, at: float, outcome: str) -> None:
@@ -141,7 +142,7 @@ def operation_spans(samples: list[Sample]) -> list[Span]:
                 close(key, sample.at, "failed" if failed and same else "done")
             if current is not None and key not in open_spans:
                 start = _started(current[2], sample.at)
-                open_spans[key] = (current, start, state.label)
+                open_spans[key] = (current, start, cast(InstanceState, state).label)
     if samples:
         for key in sorted(open_spans):
             close(key, samples[-1].at, "running")

@@ -29,8 +29,9 @@ The warnings are the ones the documents imply:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import markupsafe
 
@@ -142,8 +143,8 @@ class PlanWarning:
         return {"code": self.code, "message": self.message}
 
 
-def in_place_only_will_stall(lifecycle: ComponentLifecycle, old: dict | None,
-                             new: dict) -> PlanWarning | None:
+def in_place_only_will_stall(lifecycle: ComponentLifecycle, old: dict[str, Any] | None,
+                             new: dict[str, Any]) -> PlanWarning | None:
     """InPlaceOnly and a change to a single-pod component beyond regular containers' images."""
     if lifecycle.strategy != Strategy.IN_PLACE_ONLY or lifecycle.shape != SINGLE:
         return None
@@ -202,7 +203,7 @@ def recreate_takes_component_offline(lifecycle: ComponentLifecycle) -> PlanWarni
     return None
 
 
-def probe_catch_seconds(probe: dict) -> int:
+def probe_catch_seconds(probe: dict[str, Any]) -> int:
     """How long a readiness probe takes to catch a failure: failureThreshold x
     max(periodSeconds, timeoutSeconds), with Kubernetes' defaults (3, 10, 1).
 
@@ -212,19 +213,20 @@ def probe_catch_seconds(probe: dict) -> int:
     30
     """
     value = {**PROBE_DEFAULTS, **{k: v for k, v in probe.items() if k in PROBE_DEFAULTS}}
-    return value["failureThreshold"] * max(value["periodSeconds"], value["timeoutSeconds"])
+    return cast(int, value["failureThreshold"] * max(value["periodSeconds"],
+                                                     value["timeoutSeconds"]))
 
 
-def main_container(templates: dict[str, dict]) -> dict | None:
+def main_container(templates: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The serving container: ``ome-container`` (else the first) of the leader or single pod."""
     template = templates.get(LEADER) or templates.get(DEFAULT)
     containers = ((template or {}).get("spec") or {}).get("containers") or []
     named = [c for c in containers if c.get("name") == MAIN_CONTAINER]
-    return (named or containers or [None])[0]
+    return cast(dict[str, Any] | None, (named or containers or [None])[0])
 
 
 def min_ready_shorter_than_probe(lifecycle: ComponentLifecycle,
-                                 templates: dict[str, dict]) -> PlanWarning | None:
+                                 templates: dict[str, dict[str, Any]]) -> PlanWarning | None:
     """A warm-up window shorter than the readiness probe takes to catch a failure."""
     window = lifecycle.min_ready_seconds
     container = main_container(templates)
@@ -238,7 +240,7 @@ def min_ready_shorter_than_probe(lifecycle: ComponentLifecycle,
     source = lifecycle.fields["minReadySeconds"].source
     return PlanWarning(MIN_READY_SHORTER_THAN_PROBE, (
         f"minReadySeconds {window} (from {source}) is shorter than the readiness probe of "
-        f"container {container.get('name')} takes to catch a failure: "
+        f"container {(container or {}).get('name')} takes to catch a failure: "
         f"{value['failureThreshold']} failures × max(periodSeconds {value['periodSeconds']}, "
         f"timeoutSeconds {value['timeoutSeconds']}) = {catch} s. A pod can become Available "
         f"before a failing probe marks it not Ready; use at least {catch}."))
@@ -253,8 +255,8 @@ def no_instance_ready_timeout(lifecycle: ComponentLifecycle) -> PlanWarning | No
         "(InstanceReadyTimeoutUnconfigured is True)."))
 
 
-def component_warnings(lifecycle: ComponentLifecycle, old: dict | None,
-                       new: dict) -> list[PlanWarning]:
+def component_warnings(lifecycle: ComponentLifecycle, old: dict[str, Any] | None,
+                       new: dict[str, Any]) -> list[PlanWarning]:
     """Every warning for one component, in a fixed order."""
     found = [
         in_place_only_will_stall(lifecycle, old, new),
@@ -299,7 +301,7 @@ class Removal:
     serving: int
 
     @classmethod
-    def of(cls, replica: dict) -> Removal:
+    def of(cls, replica: dict[str, Any]) -> Removal:
         meta, spec = replica["metadata"], replica.get("spec") or {}
         status = replica.get("status") or {}
         return cls(namespace=meta.get("namespace") or "default", replica=meta["name"],
@@ -308,7 +310,7 @@ class Removal:
                    instances=int(status.get("replicas") or 0),
                    serving=int(status.get("servingReplicas") or 0))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"service": f"{self.namespace}/{self.service}", "component": self.component,
                 "replica": f"{self.namespace}/{self.replica}", "instances": self.instances,
                 "serving": self.serving,
@@ -378,7 +380,7 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def template_unified_diff(old: dict[str, dict] | None, new: dict[str, dict],
+def template_unified_diff(old: dict[str, dict[str, Any]] | None, new: dict[str, dict[str, Any]],
                           old_name: str, new_name: str) -> str | None:
     """The pod templates as a unified diff of their YAML, runner by runner (None when
     the old revision's templates are not stored)."""
@@ -386,11 +388,12 @@ def template_unified_diff(old: dict[str, dict] | None, new: dict[str, dict],
         return None
     import difflib
 
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
-    def text(templates: dict[str, dict]) -> list[str]:
-        return yaml.safe_dump(templates, sort_keys=True, default_flow_style=False,
-                              width=1000).splitlines(keepends=True)
+    def text(templates: dict[str, dict[str, Any]]) -> list[str]:
+        dumped: str = yaml.safe_dump(templates, sort_keys=True, default_flow_style=False,
+                                     width=1000)
+        return dumped.splitlines(keepends=True)
 
     lines = difflib.unified_diff(text(old), text(new), fromfile=old_name, tofile=new_name,
                                  n=2)
@@ -516,7 +519,7 @@ def pacing(lifecycle: ComponentLifecycle, hold: Hold | None,
 
 def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict[str, Any],
                   forecast: dict[str, Any] | None, forecast_skipped: str | None,
-                  removed: list[Removal] = ()) -> dict:
+                  removed: Sequence[Removal] = ()) -> dict[str, Any]:
     """The plan as one JSON document; pure."""
     components = [component_view(p) for p in planned if p.error is None]
     failed = [p.error for p in planned if p.error is not None]
@@ -580,7 +583,7 @@ TAIL_RESERVE = 3000
 FULL_PLAN = "the full plan is in the run's summary and its artifact"
 
 
-def render_markdown(document: dict, max_chars: int | None = None,
+def render_markdown(document: dict[str, Any], max_chars: int | None = None,
                     limit_note: str = FULL_PLAN) -> str:
     """The plan as Markdown, top down: summary, errors and warnings, forecast, then the
     changed components; unchanged ones are counted. With ``max_chars``, components are
@@ -592,7 +595,8 @@ def render_markdown(document: dict, max_chars: int | None = None,
     env.filters["html_code"] = _html_code
     env.filters["value"] = show_value
     env.filters["fence_safe"] = _fence_safe
-    module = env.get_template(TEMPLATE).make_module({"limits": LIMITS})
+    # A template's macros are read by name: Any.
+    module: Any = env.get_template(TEMPLATE).make_module({"limits": LIMITS})
     components = document["components"]
     changed = [c for c in components if c["managed"] and c["changed"]]
     unchanged = sum(1 for c in components if c["managed"] and not c["changed"])
