@@ -388,7 +388,7 @@ def template_unified_diff(old: dict[str, dict[str, Any]] | None, new: dict[str, 
         return None
     import difflib
 
-    import yaml  # type: ignore[import-untyped]
+    import yaml
 
     def text(templates: dict[str, dict[str, Any]]) -> list[str]:
         dumped: str = yaml.safe_dump(templates, sort_keys=True, default_flow_style=False,

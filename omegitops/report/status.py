@@ -107,7 +107,7 @@ def build_report(loaded: Loaded, replicas: list[dict], events: list[dict], now: 
         services.append(_service(components[key][0], entries, service_events))
     known = {(s["namespace"], replica_name(s["name"], c["component"]))
              for s in services for c in s["components"]}
-    report = {
+    report: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "generatedAt": format_time(now.timestamp()),
@@ -277,7 +277,7 @@ def unhealthy_conditions(conditions: list[dict]) -> list[dict]:
     """Conditions not in their good state, sorted by type."""
     out = []
     for cond in conditions:
-        if cond.get("status") != GOOD_STATUS.get(cond.get("type"), "False"):
+        if cond.get("status") != GOOD_STATUS.get(str(cond.get("type")), "False"):
             out.append({key: cond.get(key) for key in
                         ("type", "status", "reason", "message", "lastTransitionTime")})
     return sorted(out, key=lambda c: c["type"] or "")
