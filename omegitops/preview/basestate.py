@@ -33,8 +33,8 @@ from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import ServiceComponent
 from omegitops.model.ids import ComponentKey
-from omegitops.model.replica import decode_rows, replica_name
-from omegitops.model.state import Mode, OperationType, Phase
+from omegitops.model.replica import decode_rows, replica_name, stored_rows
+from omegitops.model.state import Mode, OperationType, Phase, Row
 from omegitops.render.component import DesiredComponent
 from omegitops.render.desired import build_desired
 from omegitops.render.instance import PodSpecInput, instance_pods
@@ -185,7 +185,8 @@ class _Component:
 def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict[str, Any], find: Finder,
                     shift: float, seeded: Seeded) -> _Component | None:
     state = component["state"]
-    rows = [_shifted(row, shift) for row in decode_rows(state.get("instances"))]
+    # The report's rows, as stored (JSON), read as typed rows once their times are moved.
+    rows = [Row.from_storage(_shifted(row, shift)) for row in decode_rows(state.get("instances"))]
     revision = component.get("revision")
     meta = item.service.data["metadata"]
     namespace, isvc, name = (meta.get("namespace") or "default", meta["name"],
@@ -200,8 +201,8 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict[str
     labels = {LABEL_ISVC: isvc, LABEL_COMPONENT: name}
     stored = {r["metadata"]["name"]: r for r in sim.list_objects(CONTROLLER_REVISION, labels)
               if r["metadata"].get("namespace") == namespace}
-    targets = {(row.get("operation") or {}).get("targetRevision") for row in rows}
-    wanted: set[str] = {revision} | {row["revision"] for row in rows} | {
+    targets = {row.operation.target_revision for row in rows if row.operation is not None}
+    wanted: set[str] = {revision} | {row.revision for row in rows} | {
         target for target in targets if target is not None}
     number = max((int(r.get("revision") or 0) for r in stored.values()), default=0)
     for missing in sorted(wanted - set(stored)):
@@ -224,7 +225,7 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict[str
             sim.delete_pod(namespace, pod["metadata"]["name"], grace_seconds=0)
     pods, faults = [], []
     for row in rows:
-        for entry in row.get("pods") or []:
+        for entry in row.pods:
             made = _pod(base, row, entry, templates)
             if made is None:
                 continue
@@ -235,46 +236,48 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict[str
                       _shifted(state.get("revisionRetries") or {}, shift), pods, faults)
 
 
-def _as_replayed(replica: dict[str, Any], rows: list[dict[str, Any]], retries: dict[str, Any], revision: str) -> bool:
+def _as_replayed(replica: dict[str, Any], rows: list[Row], retries: dict[str, Any],
+                 revision: str) -> bool:
     """Whether the replayed component already is what the report says: every Instance
     Ready at rest on the revision the replay made, at the same indices, nothing held.
     Most of a fleet is, and is left as replayed (its pods are not made again)."""
     if revision != (replica.get("spec") or {}).get("revision") or retries:
         return False
-    replayed = {row["index"] for row in decode_rows((replica.get("status") or {}).get(
-        "instances"))}
-    return replayed == {row["index"] for row in rows} and all(
-        row["phase"] == Phase.READY and not row.get("operation") and row["revision"] == revision
-        and not row.get("lastFailure") and not row.get("avoidNodes") for row in rows)
+    replayed = {row.index for row in stored_rows(replica)}
+    return replayed == {row.index for row in rows} and all(
+        row.phase == Phase.READY and row.operation is None and row.revision == revision
+        and not row.last_failure and not row.avoid_nodes for row in rows)
 
 
-def _pod(base: DesiredComponent, row: dict[str, Any], entry: dict[str, Any],
+def _pod(base: DesiredComponent, row: Row, entry: dict[str, Any],
          templates: Callable[[str], dict[str, dict[str, Any]]]) -> dict[str, Any] | None:
     """The pod ``entry`` of ``row`` names, built from the revision it runs."""
-    operation = row.get("operation") or {}
+    operation = row.operation
     ordinal = entry.get("ordinal") if isinstance(entry.get("ordinal"), int) else 0
-    surging = operation.get("mode") == Mode.SURGE and operation.get("ordinal") == ordinal \
-        and not base.gang
-    revision = operation["targetRevision"] if surging else row["revision"]
+    surging = operation is not None and operation.mode == Mode.SURGE \
+        and operation.ordinal == ordinal and not base.gang
+    revision = cast(str, operation.target_revision) if operation is not None and surging \
+        else row.revision
     runs = templates(revision)
     spec = PodSpecInput(base.namespace, base.isvc, base.component, revision, runs,
                         workers_of(runs, base.lifecycle.worker_size), base.gang,
                         base.pod_metadata)
-    built = instance_pods(spec, row["index"], row["incarnation"],
+    built = instance_pods(spec, row.index, row.incarnation,
                           0 if base.gang else cast(int, ordinal))
     pod = next((p for p in built if p["metadata"]["name"] == entry.get("name")), None)
-    if pod is not None and operation and (surging or operation.get("type") != OperationType.UPDATE):
+    if pod is not None and operation is not None and (
+            surging or operation.type != OperationType.UPDATE):
         pod["metadata"].setdefault("annotations", {})[OPERATION_ANNOTATION] = \
-            operation.get("startedAt")
+            operation.started_at
     return pod
 
 
-def _faults(row: dict[str, Any], pod: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _faults(row: Row, pod: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """The fault a Failed Instance's last failure names, again on its pod: an image that
     cannot be pulled (every pod of that image, as a registry refuses it to all), a
     crash loop (that pod)."""
-    failure = row.get("lastFailure") or {}
-    if row.get("phase") != Phase.FAILED or failure.get("pod") != pod["metadata"]["name"]:
+    failure = row.last_failure or {}
+    if row.phase != Phase.FAILED or failure.get("pod") != pod["metadata"]["name"]:
         return []
     reason = failure.get("reason")
     if reason in IMAGE_FAILURES:
@@ -288,11 +291,11 @@ def _faults(row: dict[str, Any], pod: dict[str, Any]) -> list[tuple[str, dict[st
     return []
 
 
-def _count(seeded: Seeded, rows: list[dict[str, Any]], retries: dict[str, Any], revision: str,
+def _count(seeded: Seeded, rows: list[Row], retries: dict[str, Any], revision: str,
            replica: dict[str, Any]) -> None:
     seeded.components += 1
-    seeded.staged += sum(1 for row in rows if row["revision"] != revision)
-    seeded.failed += sum(1 for row in rows if row.get("phase") == Phase.FAILED)
+    seeded.staged += sum(1 for row in rows if row.revision != revision)
+    seeded.failed += sum(1 for row in rows if row.phase == Phase.FAILED)
     seeded.held += sum(1 for entry in retries.values()
                        if isinstance(entry, dict) and entry.get("held"))
     seeded.pinned += revision != (replica.get("spec") or {}).get("revision")

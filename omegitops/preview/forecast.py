@@ -33,7 +33,7 @@ DEFAULT_BUDGET_SECONDS = 7200.0
 # -- samples -----------------------------------------------------------------------
 
 
-ComponentKey = tuple[str, str]  # (namespace/service, component)
+SeriesKey = tuple[str, str]  # (namespace/service, component): one line of the forecast
 InstanceKey = tuple[str, str, int]
 
 
@@ -50,10 +50,10 @@ class Sample:
 
     at: float
     pods: int
-    capacity: dict[ComponentKey, tuple[int, int]] = field(default_factory=dict)
+    capacity: dict[SeriesKey, tuple[int, int]] = field(default_factory=dict)
     instances: dict[InstanceKey, InstanceState] = field(default_factory=dict)
     # Instances on the component's newest revision, and the Ready condition's message.
-    updated: dict[ComponentKey, tuple[int, str]] = field(default_factory=dict)
+    updated: dict[SeriesKey, tuple[int, str]] = field(default_factory=dict)
     # GPUs the pods after it ask for (terminating ones too: they hold theirs until gone).
     gpus: int = 0
 
@@ -66,9 +66,9 @@ def usage(pods: list[dict[str, Any]]) -> tuple[int, int]:
 
 def sample_pass(result: PassResult, pods: int, gpus: int = 0) -> Sample:
     """A Sample from one pass's plans (their InferenceReplica status); pure."""
-    capacity: dict[ComponentKey, tuple[int, int]] = {}
+    capacity: dict[SeriesKey, tuple[int, int]] = {}
     instances: dict[InstanceKey, InstanceState] = {}
-    updated: dict[ComponentKey, tuple[int, str]] = {}
+    updated: dict[SeriesKey, tuple[int, str]] = {}
     for _, plan in result.plans:
         replica = plan.replica
         key = (f"{replica['metadata']['namespace']}/{replica['spec']['inferenceService']}",
@@ -159,7 +159,7 @@ def _started(text: str, fallback: float) -> float:
 def lowest_capacity(samples: list[Sample]) -> list[dict[str, Any]]:
     """Per component, the pass with the fewest serving Instances relative to desired,
     and how many serve at the end."""
-    lowest: dict[ComponentKey, tuple[float, int, int, float]] = {}
+    lowest: dict[SeriesKey, tuple[float, int, int, float]] = {}
     for sample in samples:
         for key, (serving, desired) in sample.capacity.items():
             fraction = serving / desired if desired else 1.0
