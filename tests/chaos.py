@@ -47,6 +47,7 @@ from omegitops.cluster.errors import Conflict, Transient
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import load, resolved_components
 from omegitops.model.budgets import scaled_value
+from omegitops.model.ids import ComponentKey
 from omegitops.model.replica import decode_rows
 from omegitops.render import pods as P
 from omegitops.render.instance import InstancePods
@@ -143,7 +144,7 @@ class Service:
     bad_image: str | None = None
 
     @property
-    def key(self) -> tuple[str, str, str]:
+    def key(self) -> ComponentKey:
         return NAMESPACE, self.name, COMPONENT
 
     @property

@@ -202,11 +202,11 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
             if whole:
                 assert len(live) in (0, want), (key, [p["metadata"]["name"] for p in live])
             assert len({P.revision_of(p) for p in live}) <= 1, f"gang {key} mixes revisions"
-            if lifecycle.value("restartPolicy", "None") != "None":
+            if lifecycle.settings.restart_policy != "None":
                 # Under None one pod is restarted alone, one incarnation higher.
                 assert len({P.incarnation_of(p) for p in live}) <= 1, f"gang {key} mixes pods"
             gates = {P.gate_set(p) for p in live}
-            if lifecycle.value("restartPolicy", "None") != "None":
+            if lifecycle.settings.restart_policy != "None":
                 # Under None the others serve on while one replaced pod comes up.
                 assert len(gates) <= 1, f"gang {key} is partly in rotation"
         else:
@@ -222,7 +222,7 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
         # Scaling down from the most this component wanted shrinks a percentage budget,
         # but the Instances on their way out still hold their pods until unrouted.
         most = max_rows[(key[1], key[2])]
-        surge = scaled_value(lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), most)
+        surge = scaled_value(lifecycle.settings.max_surge, most)
         ceiling = most + (surge if surge is not None else most)
         assert live_by_component[key] <= ceiling * need, (key, live_by_component[key])
     replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)

@@ -37,10 +37,21 @@ def test_ruff_finds_nothing():
 
 
 def test_the_pure_core_types_strictly():
-    """``mypy --strict`` over lifecycle/ ([tool.mypy] in pyproject.toml): rows and
-    operations are typed values, and nothing in the core is a bare dict."""
+    """``mypy --strict`` over model/, render/, lifecycle/, app/ and preview/ ([tool.mypy]
+    in pyproject.toml): rows, operations, holds and settings are typed values, and
+    nothing there is a bare dict."""
     done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
                           text=True, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_the_whole_package_types():
+    """Plain ``mypy`` (not strict) over all of omegitops, with no configuration: what
+    the other packages annotate holds too."""
+    done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "",
+                           "--python-version", "3.11", "--ignore-missing-imports",
+                           "omegitops"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 

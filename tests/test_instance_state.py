@@ -140,3 +140,18 @@ def test_only_step_to_moves_an_operation():
                    {"type": OperationType.DELETE}):
         with pytest.raises(TypeError):
             row.with_op(**change)
+
+def test_the_checked_changes_name_every_field_a_step_may_change():
+    """``Row.but``, ``step_to`` and ``with_op`` take only the fields these TypedDicts
+    name (mypy holds the callers to them): every field but the identity, with its type."""
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    from omegitops.model import state
+
+    for cls, changes, fixed in ((state.Row, state.RowChanges, {"index"}),
+                                (state.Operation, state.OperationChanges, {"step"})):
+        hints = get_type_hints(cls)
+        assert {f.name for f in fields(cls)} - fixed == set(changes.__annotations__)
+        assert {name: hints[name] for name in changes.__annotations__} == \
+            get_type_hints(changes)

@@ -688,16 +688,19 @@ def test_a_rollout_longer_than_a_run_is_forecast_run_by_run(tmp_path, cli):
 def test_batching_within_the_budgets_reads_as_pacing_not_a_hold():
     """The rollout hold says Budget both while the budgets pace a rollout (others are
     moving) and while they let nothing move at all: only the second is a hold."""
+    from omegitops.model.state import Hold, Operation, OperationType, Phase, Row, Step
     from omegitops.preview.planview import pacing
 
     lifecycle = resolved(service(replicas=3))
-    hold = {"gate": "Budget", "reason": "per-Component surge budget 1 exhausted",
-            "target": "svc-engine-new"}
-    moving = {"index": 0, "revision": "svc-engine-old",
-              "operation": {"type": "Update", "step": "SurgeCreate"}}
-    waiting = {"index": 1, "revision": "svc-engine-old", "operation": None}
-    paced = pacing(lifecycle, hold, [moving, waiting])
+    stored = {"gate": "Budget", "reason": "per-Component surge budget 1 exhausted",
+              "since": "2026-01-01T00:00:00Z", "target": "svc-engine-new"}
+    hold = Hold.from_storage(stored)
+    moving = Row(0, 1, Phase.UPDATING, "svc-engine-old",
+                 operation=Operation(OperationType.UPDATE, Step.SURGE_CREATE))
+    waiting = Row(1, 1, Phase.READY, "svc-engine-old")
+    paced = pacing(lifecycle, hold, (moving, waiting))
     assert paced["short"] == "1 at a time"
     assert "1 waits its turn" in paced["text"]
-    assert pacing(lifecycle, hold, [waiting, {**waiting, "index": 2}]) is None
-    assert pacing(lifecycle, {**hold, "gate": "RevisionHeld"}, [moving, waiting]) is None
+    assert pacing(lifecycle, hold, (waiting, Row(2, 1, Phase.READY, "svc-engine-old"))) is None
+    assert pacing(lifecycle, Hold.from_storage({**stored, "gate": "RevisionHeld"}),
+                  (moving, waiting)) is None

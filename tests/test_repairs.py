@@ -340,11 +340,11 @@ def test_a_gang_restarting_mid_rollout_stays_on_one_revision(tmp_path):
 def test_crashing_instances_back_off_between_attempts():
     from omegitops.lifecycle.retries import record_failure
     from omegitops.lifecycle.work import Work
+    from omegitops.model.settings import ComponentSettings
     from omegitops.model.state import Phase, Row
 
     class Lifecycle:
-        def value(self, name, default=None):
-            return default
+        settings = ComponentSettings()
 
     class Desired:
         lifecycle = Lifecycle()

@@ -15,6 +15,7 @@ from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import load
 from omegitops.manifests.schemas import validator
+from omegitops.model.ids import ComponentKey
 from omegitops.model.replica import COLUMNAR, decode_rows
 from omegitops.report.status import (
     build_report,
@@ -43,7 +44,7 @@ def reconcile(cli, tmp_path: Path, *extra: str) -> tuple[Path, Path]:
     return cluster, report_dir
 
 
-def components(report: dict) -> dict[tuple[str, str, str], dict]:
+def components(report: dict) -> dict[ComponentKey, dict]:
     return {(s["namespace"], s["name"], c["component"]): c
             for s in report["services"] for c in s["components"]}
 

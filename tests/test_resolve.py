@@ -220,3 +220,32 @@ def test_mode_from_operator_then_default():
     assert resolve_component(service, runtime(), "engine", native).mode.source == "operator"
     result = resolve_component(service, runtime(), "engine", NOTHING)
     assert (result.mode.value, result.mode.source) == ("RawDeployment", "default")
+
+
+def test_the_planner_reads_the_same_values_typed():
+    """``settings`` holds what ``fields`` resolved, typed: budgets as written, durations
+    in seconds (with the text for messages), the operator's settings as it parsed them."""
+    from omegitops.model.settings import ComponentSettings, UpdateRetry
+
+    values = copy.deepcopy({"ome": {"controller": {
+        "updateStrategy": {"engine": {"type": "SurgeThenDrain", "maxSurge": "25%"}},
+        "lifecycle": {"instanceReadyTimeout": "30m", "stuckPodGracePeriod": "5m",
+                      "repairBatchSize": 2, "revisionHistoryLimit": 3,
+                      "updateRetry": {"maxAttempts": 3, "initialBackoff": "1m"}},
+        "autoMigrate": {"maxAttempts": 2}}}})
+    service = isvc({"lifecycle": {"updateStrategy": {"rollingUpdate": {"partition": 1}},
+                                  "restartPolicy": "RecreateInstanceOnPodRestart"}})
+    settings = resolve_component(service, runtime(), "engine",
+                                 parse_operator_values(values)).settings
+    assert settings == ComponentSettings(
+        strategy="SurgeThenDrain", partition=1, max_surge="25%", max_unavailable=None,
+        restart_policy="RecreateInstanceOnPodRestart", instance_ready_timeout=1800.0,
+        instance_ready_timeout_text="30m", revision_history_limit=3,
+        stuck_pod_grace_period=300.0, repair_batch_size=2,
+        update_retry=UpdateRetry(max_attempts=3, initial_backoff=60.0),
+        auto_migrate_max_attempts=2)
+    # Attempt 2 waits the initial backoff, attempt 3 twice that.
+    assert [settings.update_retry.delay_before(n) for n in (1, 2, 3)] == [0.0, 60.0, 120.0]
+    # A component not managed by OMENative has the documents' "without the setting".
+    assert resolve_component(isvc(deploymentMode="RawDeployment"), runtime(), "engine",
+                             CHART).settings == ComponentSettings()

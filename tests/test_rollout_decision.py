@@ -11,6 +11,7 @@ import pytest
 
 from omegitops.lifecycle.rollout import Move, decide_rollout, plan_rollout
 from omegitops.lifecycle.work import Work
+from omegitops.model.settings import ComponentSettings
 from omegitops.model.state import Mode, OperationType, Phase, Row, Step
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.instance import PodSpecInput, instance_pods
@@ -78,7 +79,9 @@ class Component:
         lifecycle = ComponentLifecycle(
             "engine", Resolved("OMENative", "isvc"), "single", 0, self.replicas,
             {name: Resolved(value, "isvc") for name, value in fields.items()
-             if value is not None})
+             if value is not None},
+            ComponentSettings(strategy=self.strategy, partition=self.partition or 0,
+                              max_surge=self.max_surge, max_unavailable=self.max_unavailable))
         desired = DesiredComponent("ns", "svc", "engine", lifecycle, self.templates(NEW),
                                    NEW)
         revisions = [{"metadata": {"name": OLD}, "revision": 1,
@@ -192,5 +195,5 @@ def test_deciding_changes_nothing_and_acting_opens_what_was_decided():
     assert outcome.decision == decision
     opened = [row.index for row in work.rows.values() if row.operation is not None]
     assert opened == [m.index for m in decision.starts] == [0]
-    assert outcome.hold is not None and outcome.hold["reason"] == decision.hold_reason
+    assert outcome.hold is not None and outcome.hold.reason == decision.hold_reason
     assert [e.reason for e in work.events] == ["InstanceUpdating"]

@@ -25,11 +25,12 @@ happens, not at the next poll.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
+from typing import cast
 
 from omegitops.app.passes import (
-    MANAGED,
     Observation,
     PassResult,
     Pruning,
@@ -45,9 +46,11 @@ from omegitops.app.passes import (
 from omegitops.cluster.base import Cluster, side_by_side
 from omegitops.lifecycle.planner import Plan
 from omegitops.manifests.load import ServiceComponent
+from omegitops.model.ids import ComponentKey
+from omegitops.render.templates import MANAGED
 from omegitops.util.errors import ClusterError
 
-Key = tuple[str, str, str]
+Key = ComponentKey
 # A whole pass this often, however quiet the watches are (an informer's resync).
 RESYNC_SECONDS = 300.0
 # After the first change, how long to gather the ones right behind it (a pod
@@ -60,7 +63,7 @@ class IncrementalPasses:
 
     def __init__(self, cluster: Cluster, items: list[ServiceComponent],
                  prune: Pruning | None = None, resync_seconds: float = RESYNC_SECONDS,
-                 clock=time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.cluster, self.items, self.prune = cluster, items, prune
         self.resync_seconds = resync_seconds
         self._clock = clock
@@ -98,7 +101,7 @@ class IncrementalPasses:
         stale = {key for key, (_, plan) in self._last.items()
                  if plan.busy and plan.wake_at is None
                  and clock - self._planned_at.get(key, 0.0) >= self.poll_seconds}
-        keys = changed | due | stale | self._failed
+        keys = cast(set[Key], changed | due | stale | self._failed)
         observe_keys(self.cluster, self._seen, keys)
         result = run_pass(self.cluster, self.items, self.prune, self._seen, keys)
         self._keep(result, keys)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from omegitops.cluster.base import (
     CONTROLLER_REVISION,
@@ -50,6 +51,7 @@ from omegitops.model.actions import (
     PatchImages,
     SetServing,
 )
+from omegitops.model.ids import ComponentKey
 from omegitops.model.outbox import OUTBOX
 from omegitops.model.replica import decode_rows, encode_rows, replica_name
 from omegitops.model.state import Row
@@ -75,14 +77,14 @@ log = logging.getLogger(__name__)
 class Observation:
     """Everything omegitops manages, listed once per pass."""
 
-    pods: dict[tuple[str, str, str], list[dict]] = field(default_factory=dict)
-    replicas: dict[tuple[str, str], dict] = field(default_factory=dict)
-    revisions: dict[tuple[str, str, str], list[dict]] = field(default_factory=dict)
-    services: dict[tuple[str, str, str], dict[str, dict]] = field(default_factory=dict)
-    podgroups: dict[tuple[str, str, str], dict[str, dict]] | None = None
+    pods: dict[ComponentKey, list[dict[str, Any]]] = field(default_factory=dict)
+    replicas: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    revisions: dict[ComponentKey, list[dict[str, Any]]] = field(default_factory=dict)
+    services: dict[ComponentKey, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    podgroups: dict[ComponentKey, dict[str, dict[str, Any]]] | None = None
 
     def component(self, namespace: str, isvc: str, component: str) -> ObservedComponent:
-        key = (namespace, isvc, component)
+        key = ComponentKey(namespace, isvc, component)
         groups = None
         if self.podgroups is not None:
             groups = self.podgroups.get(key, {})
@@ -95,11 +97,12 @@ class Observation:
         )
 
 
-def owner_key(obj: dict) -> tuple[str, str, str]:
+def owner_key(obj: dict[str, Any]) -> ComponentKey:
     """(namespace, service, component) of a managed object, from its labels."""
     meta = obj["metadata"]
     labels = meta.get("labels") or {}
-    return meta.get("namespace", ""), labels.get(LABEL_ISVC, ""), labels.get(LABEL_COMPONENT, "")
+    return ComponentKey(meta.get("namespace", ""), labels.get(LABEL_ISVC, ""),
+                        labels.get(LABEL_COMPONENT, ""))
 
 
 def observed_kinds(cluster: Cluster) -> list[str]:
@@ -131,7 +134,7 @@ def observe(cluster: Cluster) -> Observation:
     return seen
 
 
-def observe_keys(cluster: Cluster, seen: Observation, keys: set[tuple[str, str, str]]) -> None:
+def observe_keys(cluster: Cluster, seen: Observation, keys: set[ComponentKey]) -> None:
     """Bring ``seen`` up to date for the components ``keys`` only, from a cluster that
     watches what ``observe`` lists (``Cluster.list_keyed``)."""
     for key in keys:
@@ -147,7 +150,7 @@ def observe_keys(cluster: Cluster, seen: Observation, keys: set[tuple[str, str, 
         _file(seen, kind, cluster.list_keyed(kind, MANAGED, keys, KEPT.get(kind)))
 
 
-def _file(seen: Observation, kind: str, objects: list[dict]) -> None:
+def _file(seen: Observation, kind: str, objects: list[dict[str, Any]]) -> None:
     """Put listed objects of one kind, as KEPT cut them, where ``Observation.component``
     looks for them."""
     if kind == POD:
@@ -171,12 +174,13 @@ def _file(seen: Observation, kind: str, objects: list[dict]) -> None:
 @dataclass
 class PassResult:
     now: datetime
-    plans: list[tuple[ServiceComponent, Plan]] = field(default_factory=list)
+    # (None, its plan) for a component torn down: the repository no longer has it.
+    plans: list[tuple[ServiceComponent | None, Plan]] = field(default_factory=list)
     applied: int = 0
     errors: list[str] = field(default_factory=list)
     # InferenceReplicas no component of the repository accounts for, left alone (no
     # --prune, or kept by it): (namespace/name, its (namespace, service, component)).
-    orphans: list[tuple[str, tuple[str, str, str]]] = field(default_factory=list)
+    orphans: list[tuple[str, ComponentKey]] = field(default_factory=list)
     # False when a LIST failed: nothing was planned or written, and the work is unknown.
     observed: bool = True
     # True when RBAC does not grant what the run needs: nothing was written, and the
@@ -186,14 +190,14 @@ class PassResult:
     # every other component, already applied, which still counts for busy and wake_at.
     carried: list[tuple[ServiceComponent | None, Plan]] = field(default_factory=list)
     # Components whose plan or writes failed this pass: planned again on the next.
-    failed: set[tuple[str, str, str]] = field(default_factory=set)
+    failed: set[ComponentKey] = field(default_factory=set)
     # How many of ``errors`` were the cluster's passing faults (Transient: a timeout, a
     # 5xx, an API server restarting), which the next pass carries on from.
     transient: int = 0
     # Every managed InferenceReplica as the pass leaves it (observed, then as each write
     # stored it), by (namespace, name): the run's table and report read them instead of
     # a LIST of their own. None when the pass did not observe everything itself.
-    replicas: dict[tuple[str, str], dict] | None = None
+    replicas: dict[tuple[str, str], dict[str, Any]] | None = None
 
     @property
     def passing_faults_only(self) -> bool:
@@ -237,7 +241,7 @@ class Pruning:
 @without_gc_pauses  # see omegitops/util/gcpause.py: a third of a big pass was full collections
 def plan_all(cluster: Cluster, items: list[ServiceComponent],
              prune: Pruning | None = None, seen: Observation | None = None,
-             only: set[tuple[str, str, str]] | None = None) -> PassResult:
+             only: set[ComponentKey] | None = None) -> PassResult:
     """Observe once (unless ``seen`` is given) and plan every managed component, or
     those whose key is in ``only``; no writes."""
     now = cluster.now()
@@ -272,20 +276,20 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
     return result
 
 
-def plan_key(plan: Plan) -> tuple[str, str, str]:
+def plan_key(plan: Plan) -> ComponentKey:
     """(namespace, service, component) of the component a plan is for."""
     return replica_key(plan.replica)
 
 
-def replica_key(replica: dict) -> tuple[str, str, str]:
+def replica_key(replica: dict[str, Any]) -> ComponentKey:
     """(namespace, service, component) an InferenceReplica belongs to, from its spec."""
     spec = replica.get("spec") or {}
-    return (replica["metadata"].get("namespace", ""), spec.get("inferenceService", ""),
-            spec.get("component", ""))
+    return ComponentKey(replica["metadata"].get("namespace", ""),
+                        spec.get("inferenceService", ""), spec.get("component", ""))
 
 
-def unaccounted_replicas(seen: Observation, wanted: set[tuple[str, str, str]]
-                         ) -> Iterator[tuple[tuple[str, str], dict, tuple[str, str, str]]]:
+def unaccounted_replicas(seen: Observation, wanted: set[ComponentKey]
+                         ) -> Iterator[tuple[tuple[str, str], dict[str, Any], ComponentKey]]:
     """(key, InferenceReplica, its component) for each replica the cluster has that no
     component in ``wanted`` accounts for: its service gone from the repository, the
     component dropped from it, or the service in another mode. The reconciler keeps or
@@ -296,10 +300,11 @@ def unaccounted_replicas(seen: Observation, wanted: set[tuple[str, str, str]]
             yield key, replica, owner
 
 
-def component_key(item: ServiceComponent) -> tuple[str, str, str]:
+def component_key(item: ServiceComponent) -> ComponentKey:
     """(namespace, service, component) of a resolved component."""
     meta = item.service.data["metadata"]
-    return meta.get("namespace") or "default", meta["name"], item.lifecycle.component
+    return ComponentKey(meta.get("namespace") or "default", meta["name"],
+                        item.lifecycle.component)
 
 
 def planning_error(item: ServiceComponent, err: Exception) -> str:
@@ -333,7 +338,7 @@ PlannedItem = tuple[DesiredComponent, ObservedComponent, Plan]
 
 
 def plan_each(seen: Observation, items: list[ServiceComponent], now: datetime,
-              only: set[tuple[str, str, str]] | None = None,
+              only: set[ComponentKey] | None = None,
               ) -> Iterator[tuple[ServiceComponent, PlannedItem | None, str | None]]:
     """Each component of ``items`` (those whose key is in ``only``) with its plan, or the
     error that stopped it: ``(item, (desired, observed, plan), None)``, ``(item, None,
@@ -353,7 +358,7 @@ def plan_each(seen: Observation, items: list[ServiceComponent], now: datetime,
         yield item, planned, None
 
 
-def teardown_desired(replica: dict, observed: ObservedComponent) -> DesiredComponent:
+def teardown_desired(replica: dict[str, Any], observed: ObservedComponent) -> DesiredComponent:
     """What a removed component is reconciled toward: no Instances, then nothing."""
     spec = replica.get("spec") or {}
     meta = replica["metadata"]
@@ -373,7 +378,7 @@ def teardown_desired(replica: dict, observed: ObservedComponent) -> DesiredCompo
 @without_gc_pauses
 def run_pass(cluster: Cluster, items: list[ServiceComponent],
              prune: Pruning | None = None, seen: Observation | None = None,
-             only: set[tuple[str, str, str]] | None = None) -> PassResult:
+             only: set[ComponentKey] | None = None) -> PassResult:
     """Observe, plan and apply one pass (of the components in ``only``, on ``seen``,
     when given: see ``plan_all``)."""
     try:
@@ -449,7 +454,7 @@ class Writes:
 
     count: int = 0
     # Each InferenceReplica as written (None: deleted), by (namespace, name).
-    replicas: dict[tuple[str, str], dict | None] = field(default_factory=dict)
+    replicas: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
 
 
 def apply_plan(cluster: Cluster, plan: Plan, now: datetime, writes: Writes | None = None) -> int:
@@ -516,12 +521,12 @@ def _stores_revision(action: object) -> bool:
         action.obj.get("kind") == CONTROLLER_REVISION
 
 
-def _service_uid(cluster: Cluster, replica: dict) -> str | None:
+def _service_uid(cluster: Cluster, replica: dict[str, Any]) -> str | None:
     return cluster.inference_service_uid(replica["metadata"]["namespace"],
                                          replica["spec"]["inferenceService"])
 
 
-def _write_replica(cluster: Cluster, plan: Plan, writes: Writes) -> dict:
+def _write_replica(cluster: Cluster, plan: Plan, writes: Writes) -> dict[str, Any]:
     """Write the InferenceReplica: its status, its object, or both (a new one is both);
     returns it as stored."""
     replica = plan.replica
@@ -554,13 +559,13 @@ def _write_replica(cluster: Cluster, plan: Plan, writes: Writes) -> dict:
     return stored
 
 
-def _clear_outbox(cluster: Cluster, stored: dict) -> dict:
+def _clear_outbox(cluster: Cluster, stored: dict[str, Any]) -> dict[str, Any]:
     """Empty the outbox once its events are sent: one status write on what is stored."""
     status = {k: v for k, v in (stored.get("status") or {}).items() if k != OUTBOX}
     return cluster.replace_status({**stored, "status": status})
 
 
-def _write_service_status(cluster: Cluster, replica: dict, writes: Writes) -> None:
+def _write_service_status(cluster: Cluster, replica: dict[str, Any], writes: Writes) -> None:
     """Where the InferenceService itself lives in the cluster (OME's CRDs installed),
     its status.components.{component}.lifecycle gets the component's totals and
     rolloutHold, as the documents show them. Backends without it skip this."""
@@ -626,7 +631,7 @@ def _apply(cluster: Cluster, action: Action) -> None:
         raise TypeError(f"unknown action {action!r}")
 
 
-def _record_refusal(cluster: Cluster, stored: dict, pod: dict, message: str,
+def _record_refusal(cluster: Cluster, stored: dict[str, Any], pod: dict[str, Any], message: str,
                     now: datetime) -> None:
     """Put the API server's refusal of ``pod`` on its Instance's operation
     (``operation.refused``), where the next plan names it and judges its deadline."""
@@ -649,7 +654,7 @@ def _record_refusal(cluster: Cluster, stored: dict, pod: dict, message: str,
             return
 
 
-def _stranger(cluster: Cluster, pod: dict) -> str | None:
+def _stranger(cluster: Cluster, pod: dict[str, Any]) -> str | None:
     """Why the pod holding ``pod``'s name is not the one omegitops made, or None."""
     meta = pod["metadata"]
     found = cluster.get_object("Pod", meta["namespace"], meta["name"])
@@ -667,8 +672,8 @@ def _stranger(cluster: Cluster, pod: dict) -> str | None:
             f"not omegitops' ({shown}): delete or rename that pod, and the Instance is built")
 
 
-def _event(replica: dict, event: Event, now: datetime, uid: str | None,
-           source: str) -> dict:
+def _event(replica: dict[str, Any], event: Event, now: datetime, uid: str | None,
+           source: str) -> dict[str, Any]:
     """The core/v1 Event on the InferenceService (its uid when the API holds it, so that
     ``kubectl describe inferenceservice`` lists it), marked with its outbox entry."""
     namespace = replica["metadata"]["namespace"]
@@ -678,7 +683,7 @@ def _event(replica: dict, event: Event, now: datetime, uid: str | None,
                 "namespace": namespace, "name": name}
     if uid:
         involved["uid"] = uid
-    metadata: dict = {"namespace": namespace, "labels": dict(MANAGED)}
+    metadata: dict[str, Any] = {"namespace": namespace, "labels": dict(MANAGED)}
     if event.sequence is not None:
         metadata["annotations"] = {SEQUENCE_ANNOTATION: sequence_value(source, event.sequence)}
     return {

@@ -13,14 +13,17 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from omegitops.app.passes import MANAGED, PassResult, Pruning, component_key, run_pass
+from omegitops.app.passes import PassResult, Pruning, component_key, run_pass
 from omegitops.app.stopping import Interrupted, defer_signals, interrupted_by
 from omegitops.app.untilidle import IDLE, PASS_LIMIT, run_until_idle
 from omegitops.cluster.base import INFERENCE_REPLICA, Cluster
 from omegitops.cluster.errors import LeaseLost
 from omegitops.manifests.load import Loaded, ServiceComponent
 from omegitops.manifests.repository import INFERENCE_SERVICE
+from omegitops.model.ids import ComponentKey
+from omegitops.render.templates import MANAGED
 from omegitops.util.errors import print_errors
 
 log = logging.getLogger("omegitops")
@@ -66,7 +69,7 @@ class RunOutcome:
     lost: LeaseLost | None = None
     # The last pass met only the cluster's passing faults.
     outage: bool = False
-    replicas: list[dict] = field(default_factory=list)
+    replicas: list[dict[str, Any]] = field(default_factory=list)
     now: datetime | None = None
 
     @property
@@ -168,7 +171,7 @@ class _Progress:
         for orphan, owner in result.orphans:
             self._warn_orphan(orphan, owner)
 
-    def _warn_orphan(self, orphan: str, owner: tuple[str, str, str]) -> None:
+    def _warn_orphan(self, orphan: str, owner: ComponentKey) -> None:
         if orphan in self.warned:
             return  # once per run, not once per pass
         self.warned.add(orphan)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import cast
 
 from omegitops.app.incremental import IncrementalPasses
 from omegitops.app.passes import PassResult, Pruning, run_pass
@@ -60,7 +61,8 @@ def run_until_idle(cluster: Cluster, items: list[ServiceComponent], max_seconds:
 
 
 def _passes_until_idle(cluster: Cluster, items: list[ServiceComponent], prune: Pruning | None,
-                       stop_at: datetime, passes, on_pass) -> str:
+                       stop_at: datetime, passes: IncrementalPasses | None,
+                       on_pass: Callable[[PassResult], None] | None) -> str:
     for _ in range(MAX_PASSES if passes is None else MAX_WATCHED_PASSES):
         result = run_pass(cluster, items, prune) if passes is None else passes.run_pass()
         if on_pass is not None:
@@ -93,7 +95,8 @@ def _passes_until_idle(cluster: Cluster, items: list[ServiceComponent], prune: P
     return PASS_LIMIT
 
 
-def _watching(cluster: Cluster, items: list[ServiceComponent], prune: Pruning | None):
+def _watching(cluster: Cluster, items: list[ServiceComponent],
+              prune: Pruning | None) -> IncrementalPasses | None:
     """The run's incremental passes when the cluster watches (``omegitops.app.incremental``),
     else None: every pass lists and plans everything."""
     try:
@@ -119,8 +122,9 @@ def _next_look(cluster: Cluster, result: PassResult, stop_at: datetime,
     if now >= stop_at:
         return None
     moved = result.moved and not watching
-    wait = min(1.0, cluster.poll_seconds) if moved else cluster.poll_seconds
-    candidates = [now + timedelta(seconds=wait), stop_at]
+    poll = cast(float, cluster.poll_seconds)
+    wait = min(1.0, poll) if moved else poll
+    candidates: list[datetime] = [now + timedelta(seconds=wait), stop_at]
     if result.wake_at is not None:
         candidates.append(result.wake_at)
     return min(candidates)

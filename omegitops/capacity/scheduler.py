@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegitops.capacity.nodes import UNSCHEDULABLE_TAINT, is_ready, tolerates
 from omegitops.util.quantities import parse_milli
@@ -158,7 +159,8 @@ def _matches_selector(pod: dict, node: dict) -> bool:
 
 
 def _holds(expression: dict, values: dict[str, str]) -> bool:
-    key, operator = expression.get("key"), expression.get("operator")
+    key: Any = expression.get("key")
+    operator = expression.get("operator")
     wanted = expression.get("values") or []
     present = key in values
     match operator:

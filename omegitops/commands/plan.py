@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 from omegitops.app.untilidle import IDLE, run_until_idle
 from omegitops.cluster import open_cluster, sim_path
@@ -151,7 +152,8 @@ def _plan(spec: str | None, items: list[ServiceComponent], scratch: Path,
     if spec and spec.startswith("kube"):
         with open_cluster(spec, exclusive=False) as live:
             planned = plan_components(live, items)
-            about = {"spec": spec, "kind": "kube", "time": format_time(live.now().timestamp()),
+            about: dict[str, Any] = {
+                "spec": spec, "kind": "kube", "time": format_time(live.now().timestamp()),
                      "description": f"live cluster {spec}, observed only"}
         return about, planned, None, LIVE_FORECAST
     copy = scratch / "cluster.json"
@@ -220,7 +222,7 @@ def _seed_from_report(args: argparse.Namespace, base: Base,
     history = RevisionHistory(Path(args.repo), base.state_commit, scratch, args.operator_values,
                               cache_dir=cache_dir(args))
     try:
-        seeded = seed(sim, base_items, base.report, history.find)
+        seeded = seed(sim, base_items, cast(dict[str, Any], base.report), history.find)
     finally:
         history.close()
     if not seeded.components:

@@ -8,7 +8,9 @@ import logging
 import signal
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 from omegitops.app.run import RunOutcome, pruning, run_passes
 from omegitops.app.shards import Shard
@@ -171,7 +173,7 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
             write_report(report_dir, loaded, cluster, repository=repository,
                          revision=revision, replicas=outcome.replicas)
     replicas = [replica_view(r) for r in outcome.replicas]
-    print(replica_table(replicas, outcome.now, namespaces=True))
+    print(replica_table(replicas, cast(datetime, outcome.now), namespaces=True))
     return _exit_code(outcome, loaded, bool(report_dir))
 
 

@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from omegitops.gitops.gitcmd import Git, GitError
+from omegitops.model.ids import ComponentKey
 from omegitops.model.replica import replica_name
 from omegitops.report.status import JSON_FILE, MARKDOWN_FILE, content_key
 from omegitops.util.errors import UsageError
@@ -166,8 +167,8 @@ class ComponentChange:
     long: str   # for the body: every change
 
 
-def _components(report: dict) -> dict[tuple[str, str, str], dict]:
-    return {(s["namespace"], s["name"], c["component"]): c
+def _components(report: dict) -> dict[ComponentKey, dict]:
+    return {ComponentKey(s["namespace"], s["name"], c["component"]): c
             for s in report.get("services", []) for c in s["components"]}
 
 
@@ -200,7 +201,7 @@ def component_changes(old: dict, new: dict) -> list[ComponentChange]:
     return moves
 
 
-def _names(key: tuple[str, str, str]) -> tuple[str, str]:
+def _names(key: ComponentKey) -> tuple[str, str]:
     namespace, name, component = key
     return f"{namespace}/{name} {component}", f"{name} {component}"
 

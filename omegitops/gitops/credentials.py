@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 # GitHub accepts any user name with a token; this one is what its docs use.
@@ -68,7 +69,7 @@ def redact(url: str) -> str:
     """
     if ambiguous_userinfo(url):
         scheme, _, rest = url.partition("://")
-        head, tail = re.match(r"([^?#]*)(.*)", rest, re.DOTALL).groups()
+        head, tail = cast(re.Match[str], re.match(r"([^?#]*)(.*)", rest, re.DOTALL)).groups()
         return f"{scheme}://{HIDDEN}@{head.rsplit('@', 1)[1]}{tail}"
     try:
         parts = urlsplit(url)

@@ -79,14 +79,14 @@ def clone(url: str, target: Path, branch: str | None, env: Mapping[str, str],
     where = f"{shown} (branch {branch})" if branch else shown
     git = require("git", "cloning a repository")
     try:
-        status, _, err = git.Git(str(target.parent)).execute(
+        status, _, stderr = git.Git(str(target.parent)).execute(
             [*args, "--", url, str(target)], env=dict(env), with_extended_output=True,
             with_exceptions=False, kill_after_timeout=NETWORK_SECONDS)
     except git.CommandError as err:  # git missing, or killed after the timeout
         raise GitError(scrub(f"cannot clone {where}: {one_line(str(err.stderr or ''))}",
                              secrets)) from err
     if status != 0:
-        raise GitError(scrub(f"cannot clone {where}: {one_line(err) or f'git exited {status}'}",
+        raise GitError(scrub(f"cannot clone {where}: {one_line(stderr) or f'git exited {status}'}",
                              secrets))
 
 

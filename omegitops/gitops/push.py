@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 from omegitops.gitops.commit import (
     ReportCommit,
@@ -82,7 +83,7 @@ def push_report(checkout: Checkout, commit: ReportCommit, retries: int | None = 
 
 def remote_target(checkout: Checkout) -> Target:
     """Where HEAD goes: the branch cloned, or the tracking branch of a local checkout."""
-    git = checkout.git
+    git = cast(Git, checkout.git)
     if checkout.cloned:
         return Target("origin", checkout.branch or "HEAD", checkout.shown)
     try:

@@ -141,8 +141,8 @@ def _pods_failure(work: Work, pods: list[Json],
                   stuck: dict[str, str]) -> tuple[str | None, Json | None]:
     """(what the pods wait for, the first failure among them), keeping ``stuck`` (since
     when each pod has waited in a stuck state) up to date."""
-    stuck_grace = work.seconds("stuckPodGracePeriod")
-    unschedulable_grace = work.seconds("unschedulableGracePeriod")
+    stuck_grace = work.settings.stuck_pod_grace_period
+    unschedulable_grace = work.settings.unschedulable_grace_period
     unschedulable: list[Json] = []
     waiting: str | None = None
     for pod in pods:
@@ -184,7 +184,7 @@ def _deadline_failure(work: Work, operation: Operation, pods: list[Json]) -> Jso
         named = pods[0]["metadata"]["name"] if pods else None
         return {"pod": named, "container": None, "reason": "DeadlineExceeded",
                 "exitCode": None, "message": "the operation ran past its deadline "
-                f"({work.lifecycle.value('instanceReadyTimeout')})",
+                f"({work.settings.instance_ready_timeout_text})",
                 "time": format_time(work.now)}
     if deadline:
         work.wake(parse_time(deadline))
@@ -207,7 +207,7 @@ def _external_hold(work: Work, operation: Operation, pods: list[Json]) -> Operat
     for pod in pods:
         gates = (pod.get("spec") or {}).get("schedulingGates") or []
         if gates and not P.is_terminating(pod):
-            timeout = work.seconds("instanceReadyTimeout")
+            timeout = work.settings.instance_ready_timeout
             return replace(
                 operation, held_at=format_time(work.now),
                 waiting=f"scheduling gate {gates[0].get('name')} on pod "
@@ -230,7 +230,7 @@ def _hold_ended(work: Work, operation: Operation, pods: list[Json]) -> Operation
         ended = min(max(max(times), seen), work.now)
     else:
         ended = work.now
-    timeout = work.seconds("instanceReadyTimeout")
+    timeout = work.settings.instance_ready_timeout
     return replace(operation, held_at=None, hold_ended=format_time(ended),
                    deadline=format_time(ended + timeout) if timeout else operation.deadline)
 

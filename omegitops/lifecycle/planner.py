@@ -29,7 +29,7 @@ from omegitops.lifecycle.repairs import (
     plan_repairs,
     reset_and_release,
 )
-from omegitops.lifecycle.rollout import RolloutOutcome, plan_rollout
+from omegitops.lifecycle.rollout import RolloutDecision, RolloutOutcome, plan_rollout
 from omegitops.lifecycle.rotation import converge_rotation
 from omegitops.lifecycle.status import component_status
 from omegitops.lifecycle.steps import advance
@@ -37,8 +37,14 @@ from omegitops.lifecycle.work import Work
 from omegitops.model import outbox
 from omegitops.model.actions import Action, ApplyObject, DeleteObject, Event
 from omegitops.model.budgets import scaled_value
-from omegitops.model.replica import API_VERSION, KIND, encode_rows, readable_status
-from omegitops.model.state import Json, Mode, Outcome, Phase, Row, Step, Strategy
+from omegitops.model.replica import (
+    API_VERSION,
+    KIND,
+    encode_rows,
+    readable_status,
+    stored_rows,
+)
+from omegitops.model.state import Hold, Json, Mode, Outcome, Phase, Row, Step, Strategy
 from omegitops.render import pods as P
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.revisions import plan_revisions
@@ -67,6 +73,21 @@ class Plan:
     # status (most of them) makes one.
     object_changed: bool = True
     status_changed: bool = True
+    # The Instances' rows as this pass leaves them, by index (None: as ``replica``
+    # stores them, read when asked), and this pass's rollout decision (None when the
+    # component was not planned: converged_plan).
+    instances: tuple[Row, ...] | None = None
+    decision: RolloutDecision | None = None
+
+    @property
+    def rows(self) -> tuple[Row, ...]:
+        """The Instances' rows, by index, as typed values."""
+        return self.instances if self.instances is not None else stored_rows(self.replica)
+
+    @property
+    def hold(self) -> Hold | None:
+        """What holds the rollout, as the InferenceReplica records it."""
+        return Hold.from_storage((self.replica.get("status") or {}).get("rolloutHold"))
 
     @property
     def is_noop(self) -> bool:
@@ -119,7 +140,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     _scale(work)
     rollout = plan_rollout(work, previous.get("rolloutHold"))
     converge_rotation(work)
-    replica = _replica(work, rollout)
+    replica, rows = _replica(work, rollout)
     removed = False
     if desired.teardown:
         if not work.rows and not observed.pods:
@@ -159,7 +180,8 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
                 bookkeeping=bookkeeping,
                 object_changed=observed.replica is None or _object_part(previous_object)
                 != _object_part(replica),
-                status_changed=previous_object.get("status") != replica["status"])
+                status_changed=previous_object.get("status") != replica["status"],
+                instances=rows, decision=rollout.decision)
 
 
 def converged_plan(desired: DesiredComponent, observed: ObservedComponent) -> Plan:
@@ -275,19 +297,20 @@ def _room(work: Work, want: int, filling: int) -> int:
         return want - filling
     ceiling = want
     if work.lifecycle.strategy == Strategy.SURGE_THEN_DRAIN:
-        surge = scaled_value(work.lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), want)
+        surge = scaled_value(work.settings.max_surge, want)
         ceiling += want if surge is None else surge
     return max(0, ceiling - filling - leaving)
 
 
-def _replica(work: Work, rollout: RolloutOutcome) -> Json:
-    """The InferenceReplica as this pass leaves it: spec from the repository, status
-    from the rows and the pods."""
+def _replica(work: Work, rollout: RolloutOutcome) -> tuple[Json, tuple[Row, ...]]:
+    """The InferenceReplica as this pass leaves it (spec from the repository, status
+    from the rows and the pods), and the rows it stores."""
     desired, observed = work.desired, work.observed
     previous = observed.replica or {}
     ordered = [work.rows[index] for index in sorted(work.rows)]
     status = component_status(work, ordered, work.previous, rollout)
-    status["instances"] = encode_rows([_stored(work, row) for row in ordered])
+    rows = tuple(_seen(work, row) for row in ordered)
+    status["instances"] = encode_rows([row.for_storage() for row in rows])
     if work.retries:
         status["revisionRetries"] = work.retries
     metadata = copy.deepcopy(previous.get("metadata") or {})
@@ -311,15 +334,14 @@ def _replica(work: Work, rollout: RolloutOutcome) -> Json:
         "workerSize": lifecycle.worker_size,
     }
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec,
-            "status": status}
+            "status": status}, rows
 
 
-def _stored(work: Work, row: Row) -> Json:
+def _seen(work: Work, row: Row) -> Row:
     """The row as the status keeps it, with its pods as this pass saw them (the next
     pass's repairs compare restarts with them)."""
-    stored = row.for_storage()
-    stored["pods"] = [P.pod_row(p) for p in work.pods_of(row.index) if not P.is_terminating(p)]
-    return stored
+    return row.but(pods=tuple(P.pod_row(p) for p in work.pods_of(row.index)
+                              if not P.is_terminating(p)))
 
 
 def _object_part(replica: Json) -> tuple[Any, ...]:

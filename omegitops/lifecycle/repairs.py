@@ -59,7 +59,7 @@ def _restarted(work: Work, row: Row, pod: Json) -> Trigger | None:
 
 def _wedged(work: Work, pod: Json) -> Trigger | None:
     """A pod stuck in CrashLoopBackOff or ImagePullBackOff past the stuck-pod grace."""
-    grace = work.seconds("stuckPodGracePeriod")
+    grace = work.settings.stuck_pod_grace_period
     if grace is None or P.is_terminating(pod):
         return None
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -82,7 +82,7 @@ def _wedged(work: Work, pod: Json) -> Trigger | None:
 
 def find_trigger(work: Work, row: Row) -> Trigger | None:
     """Why the Ready Instance ``row`` needs a repair now, if it does."""
-    policy = work.lifecycle.value("restartPolicy", "None")
+    policy = work.settings.restart_policy
     pods = work.pods_of(row.index)
     own = work.own_pods(row)
     for pod in own:
@@ -132,11 +132,8 @@ def _own_names(work: Work, row: Row) -> list[str]:
 
 def plan_repairs(work: Work) -> None:
     """Open the repairs Ready Instances need, within the batch and the budget."""
-    batch = work.lifecycle.value("repairBatchSize")
-    batch = None if batch is None else int(batch)
-    budget = scaled_value(
-        work.lifecycle.value("updateStrategy.rollingUpdate.maxUnavailable"),
-        work.lifecycle.replicas)
+    batch = work.settings.repair_batch_size
+    budget = scaled_value(work.settings.max_unavailable, work.lifecycle.replicas)
     down, down_rows = unavailable(work)
     opened = 0
     held: list[tuple[Row, int | None, int]] = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from omegitops.lifecycle.failures import revision_caused
 from omegitops.lifecycle.work import Work
-from omegitops.model.durations import parse_duration
 from omegitops.model.state import Json, Row
 from omegitops.render import pods as P
 from omegitops.util.times import format_time, parse_time
@@ -37,10 +36,10 @@ def record_failure(work: Work, row: Row, target: str, failure: Json) -> Row:
 def _count_against_revision(work: Work, row: Row, failure: Json, target: str) -> None:
     entry = work.retries.setdefault(target, {"attempts": 0, "held": False})
     entry["attempts"] += 1
-    retry = work.lifecycle.value("updateRetry")
-    if retry and entry["attempts"] < int(retry.get("maxAttempts") or 1):
-        backoff = parse_duration(retry.get("initialBackoff") or "0s")
-        entry["nextAttemptAt"] = format_time(work.now + backoff * 2 ** (entry["attempts"] - 1))
+    retry = work.settings.update_retry
+    if retry and entry["attempts"] < retry.max_attempts:
+        entry["nextAttemptAt"] = format_time(
+            work.now + retry.delay_before(entry["attempts"] + 1))
         return
     if not entry["held"]:
         entry["held"] = True
@@ -77,12 +76,12 @@ def _steer(work: Work, row: Row) -> tuple[str, ...] | None:
     """The nodes the next attempt avoids: when every pod of the failed attempt ran on
     one node, that one too (autoMigrate.maxAttempts moves per Instance;
     migrationPolicy.mode Never turns it off)."""
-    limit = work.lifecycle.value("autoMigrate.maxAttempts")
-    if not limit or work.lifecycle.value("migrationPolicy.mode") == "Never":
+    limit = work.settings.auto_migrate_max_attempts
+    if not limit or work.settings.migration_mode == "Never":
         return row.avoid_nodes
     nodes = {node for node in map(P.node_of, work.pods_of(row.index)) if node is not None}
     avoid = row.avoid_nodes or ()
-    if len(nodes) == 1 and len(avoid) < int(limit):
+    if len(nodes) == 1 and len(avoid) < limit:
         node = nodes.pop()
         if node not in avoid:
             avoid += (node,)

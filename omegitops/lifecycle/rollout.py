@@ -20,10 +20,8 @@ from omegitops.lifecycle.retries import held, start_wait
 from omegitops.lifecycle.updates import open_update, update_mode
 from omegitops.lifecycle.work import Work
 from omegitops.model.budgets import scaled_value
-from omegitops.model.state import Json, Mode, Phase, Row, Strategy
+from omegitops.model.state import Gate, Hold, Json, Mode, Phase, Row, Strategy
 from omegitops.util.times import format_time
-
-BUDGET_GATE = "Budget"
 
 
 @dataclass(frozen=True)
@@ -84,8 +82,8 @@ class RolloutOutcome:
     """What the status reports about the rollout: the decision and its hold."""
 
     decision: RolloutDecision
-    # {gate, reason, since, target} while a budget holds the rollout.
-    hold: Json | None
+    # While a budget holds the rollout.
+    hold: Hold | None
 
     @property
     def partition(self) -> int:
@@ -111,11 +109,10 @@ def decide_rollout(work: Work) -> RolloutDecision:
     lifecycle = work.lifecycle
     target = work.desired.revision
     desired = lifecycle.replicas
-    partition = int(lifecycle.value("updateStrategy.rollingUpdate.partition", 0) or 0)
+    partition = lifecycle.settings.partition
     strategy = lifecycle.strategy
-    max_surge = scaled_value(lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), desired)
-    max_unavailable = scaled_value(
-        lifecycle.value("updateStrategy.rollingUpdate.maxUnavailable"), desired)
+    max_surge = scaled_value(lifecycle.settings.max_surge, desired)
+    max_unavailable = scaled_value(lifecycle.settings.max_unavailable, desired)
     surge_slots, notes, frees = surge_in_use(work)
     surge_before = surge_slots
     down, down_rows = unavailable(work)
@@ -177,7 +174,7 @@ def decide_rollout(work: Work) -> RolloutDecision:
 
 
 def apply_rollout(work: Work, decision: RolloutDecision,
-                  previous_hold: Json | None) -> Json | None:
+                  previous_hold: Json | None) -> Hold | None:
     """Open and refuse what ``decision`` says, in its order; return the hold to record."""
     strategy = work.lifecycle.strategy
     for move in decision.moves:
@@ -191,10 +188,9 @@ def apply_rollout(work: Work, decision: RolloutDecision,
     if decision.hold_reason is None:
         return None
     since = format_time(work.now)
-    if previous_hold and previous_hold.get("gate") == BUDGET_GATE:
+    if previous_hold and previous_hold.get("gate") == Gate.BUDGET:
         since = previous_hold.get("since") or since
-    return {"gate": BUDGET_GATE, "reason": decision.hold_reason, "since": since,
-            "target": decision.target}
+    return Hold(Gate.BUDGET, decision.hold_reason, since, decision.target)
 
 
 def _has_extras(work: Work, row: Row) -> bool:

@@ -24,7 +24,7 @@ from omegitops.model.budgets import scaled_value
 from omegitops.model.state import Json, OperationType, Phase, Row
 from omegitops.render.component import DesiredComponent
 from omegitops.render.instance import InstancePods
-from omegitops.render.resolve import ISVC, RUNTIME, timeout_seconds
+from omegitops.render.resolve import ISVC, RUNTIME
 from omegitops.util.times import format_time
 
 TRUE, FALSE = "True", "False"
@@ -64,7 +64,7 @@ def component_status(work: Work, rows: list[Row], previous: Json,
         "currentRevision": _current_revision(rows, desired.revision, want),
         "updateRevision": desired.revision,
         "conditions": conditions,
-        "rolloutHold": rollout.hold,
+        "rolloutHold": None if rollout.hold is None else rollout.hold.for_storage(),
     }
 
 
@@ -199,11 +199,11 @@ def _component_ready(desired: DesiredComponent, counts: dict[str, int], want: in
 
 
 def _timeout(desired: DesiredComponent) -> tuple[str, str, str]:
-    if timeout_seconds(desired.lifecycle) is None:
+    if desired.lifecycle.settings.instance_ready_timeout is None:
         return (TRUE, "NoDeadline", ("lifecycle.instanceReadyTimeout is unset everywhere: "
                 "operations get no deadline and a stuck Instance waits for you"))
     return (FALSE, "DeadlineConfigured",
-            f"operations time out after {desired.lifecycle.value('instanceReadyTimeout')}")
+            f"operations time out after {desired.lifecycle.settings.instance_ready_timeout_text}")
 
 
 def _condition(kind: str, status: str, reason: str, message: str, previous: list[Json],

@@ -300,7 +300,7 @@ def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
 
 
 def _abandon_grace(work: Work) -> int | None:
-    grace = work.seconds("abandonedReplacementGracePeriod")
+    grace = work.settings.abandoned_replacement_grace_period
     return None if grace is None else int(grace)
 
 
@@ -557,9 +557,7 @@ def _in_place(work: Work, row: Row) -> Row:
 
 
 def _in_place_unroute(work: Work, row: Row, target: str) -> Row:
-    mark = work.lifecycle.value(
-        "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle", True)
-    if mark:
+    if work.settings.mark_not_ready_during_lifecycle:
         work.route(work.instance(row).live, False)
     return row.step_to(Step.PATCH_IMAGES)
 

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegitops.model.actions import Action, CreatePod, DeletePod, Event, SetServing
+from omegitops.model.settings import ComponentSettings
 from omegitops.model.state import Json, Mode, Operation, OperationType, Row, Step
 from omegitops.render import pods as P
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.instance import InstancePods, PodSpecInput, instance_pods
-from omegitops.render.resolve import ComponentLifecycle, timeout_seconds
+from omegitops.render.resolve import ComponentLifecycle
 from omegitops.render.revisions import stored_templates
 from omegitops.render.services import PODGROUP_LABEL, plan_podgroup, podgroup_name
 from omegitops.render.templates import OPERATION_ANNOTATION, workers_of
@@ -120,12 +121,9 @@ class Work:
                             templates, workers_of(templates, desired.lifecycle.worker_size),
                             desired.gang, desired.pod_metadata)
 
-    def seconds(self, name: str) -> float | None:
-        """An operator duration setting in seconds (None when unset)."""
-        from omegitops.model.durations import parse_duration
-
-        value = self.lifecycle.value(name)
-        return parse_duration(value) if isinstance(value, str) else value
+    @property
+    def settings(self) -> ComponentSettings:
+        return self.desired.lifecycle.settings
 
     # -- writing --------------------------------------------------------------
 
@@ -181,7 +179,7 @@ class Work:
     def operation(self, kind: OperationType, step: Step, strategy: str | None = None,
                   target: str | None = None, mode: Mode | None = None) -> Operation:
         """A new operation, started now, with the deadline instanceReadyTimeout gives."""
-        timeout = timeout_seconds(self.lifecycle)
+        timeout = self.settings.instance_ready_timeout
         return Operation(kind, step, strategy=strategy, started_at=format_time(self.now),
                          deadline=format_time(self.now + timeout) if timeout else None,
                          mode=mode, target_revision=target or None)

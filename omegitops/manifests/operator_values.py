@@ -31,8 +31,8 @@ def read_operator_values(
     which stops the run before anything is touched.
     """
     explicit = values_file is not None
-    path = Path(values_file) if explicit else Path(root) / DEFAULT_VALUES_FILE
-    if not path.is_absolute() and explicit and not path.exists():
+    path = Path(values_file) if values_file is not None else Path(root) / DEFAULT_VALUES_FILE
+    if not path.is_absolute() and values_file is not None and not path.exists():
         path = Path(root) / values_file
     if not path.exists():
         if path.is_symlink():
@@ -54,6 +54,7 @@ def read_operator_values(
     if data is not None:
         errors = sorted(validator("OperatorValues").iter_errors(data), key=lambda e: e.path)
         if errors:
+            assert doc is not None  # the data came from it
             err = errors[0]
             field_path = tuple(err.absolute_path)
             line = doc.line_of(field_path)
@@ -64,9 +65,9 @@ def read_operator_values(
         return parse_operator_values(data), shown
     except OperatorConfigError as err:
         match = _SETTING.match(str(err))
-        line = doc.line_of(("ome", "controller", *match.group(1).split("."))) if (
+        at = doc.line_of(("ome", "controller", *match.group(1).split("."))) if (
             match and doc) else None
-        raise OperatorConfigError(f"{shown}:{line}: {err}" if line else f"{shown}: {err}") \
+        raise OperatorConfigError(f"{shown}:{at}: {err}" if at else f"{shown}: {err}") \
             from None
 
 

@@ -11,8 +11,9 @@ import difflib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegitops.manifests.jsonvalues import normalize_json
 from omegitops.manifests.memo import LoadMemo, content_key
@@ -213,13 +214,13 @@ def walk(root: Path, values_file: str = DEFAULT_VALUES_FILE
         dirs[:] = kept
         for name in sorted(files):
             path = here / name
-            rel = path.relative_to(root)
+            relative = path.relative_to(root)
             if path.suffix not in YAML_SUFFIXES + (JSON_SUFFIX,) or \
-                    rel.as_posix() == values_file:
+                    relative.as_posix() == values_file:
                 continue
             reason = _unread_reason(path)
             if reason:
-                skipped.append(SkippedFile(shown_path(rel.as_posix()), reason))
+                skipped.append(SkippedFile(shown_path(relative.as_posix()), reason))
             elif path.suffix in YAML_SUFFIXES:
                 found.append(path)
     unread += _submodules_not_checked_out(root)
@@ -360,9 +361,9 @@ def _read_file(repo: Repository, path: Path, owns: Callable[[str], bool] | None,
                 repo.other_shards_files += 1
                 return
         key = content_key(raw) if memo is not None else None
-        remembered = memo.documents(key) if memo is not None else None
+        remembered = memo.documents(cast(str, key)) if memo is not None else None
         if remembered is not None:
-            _classify_remembered(repo, rel, text, key, remembered)
+            _classify_remembered(repo, rel, text, cast(str, key), remembered)
             return
         left = aliases.aliases if aliases is not None else None
         documents = list(load_documents(text, aliases))
@@ -396,7 +397,7 @@ def _classify_remembered(repo: Repository, rel: str, text: str, key: str,
     manifests = len(repo.manifests)
     for index, line, data in remembered:
         doc = Document(index, data, None, first_line=line,
-                       compose=lambda index=index: node_at(text, index))
+                       compose=partial(node_at, text, index))
         _classify(repo, rel, doc, normalized=True)
     _mark_sources(repo, manifests, key)
 
@@ -428,6 +429,7 @@ def _classify(repo: Repository, rel: str, doc: Document, normalized: bool = Fals
                 rel, doc.line_of((key,)),
                 f"document has no apiVersion and kind (strings): {key} is {problem}"))
             return
+    api_version, kind = cast(str, api_version), cast(str, kind)  # strings, as checked above
     metadata = data.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     group = api_version.split("/")[0]
@@ -464,13 +466,13 @@ def _classify(repo: Repository, rel: str, doc: Document, normalized: bool = Fals
             rel, doc.line_of(("metadata", "name")), f"{kind} has {problem}",
             field="metadata.name"))
         return
-    key = doc.non_string_key
-    if key is not None:
+    bad_key = doc.non_string_key
+    if bad_key is not None:
         # Kubernetes objects are JSON: every key is a string. YAML reads 1, true
         # or null as something else, which no schema or later lookup expects.
         repo.errors.append(ManifestError(
-            rel, key.start_mark.line + 1,
-            _clip(f"{kind} {name}: key {key.value!r} is read as {_a(yaml_type(key))}, not a "
+            rel, bad_key.start_mark.line + 1,
+            _clip(f"{kind} {name}: key {bad_key.value!r} is read as {_a(yaml_type(bad_key))}, not a "
                   f"string; quote it", MAX_SHOWN["message"])))
         return
     problems = [] if normalized else normalize_json(data)
@@ -486,7 +488,7 @@ def _classify(repo: Repository, rel: str, doc: Document, normalized: bool = Fals
         return
     namespace = ""
     if kind in NAMESPACED_KINDS:
-        namespace = metadata.get("namespace") or "default"
+        namespace = cast(dict, metadata).get("namespace") or "default"
         if not isinstance(namespace, str):
             namespace = str(namespace)
     repo.manifests.append(Manifest(ResourceId(kind, namespace, name), rel, doc))

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from omegitops.model.state import Json, Mode, OperationType, Phase, Step
+from omegitops.model.state import Json, Mode, OperationType, Phase, Row, Step
 from omegitops.model.steps import on_table, sequence
 from omegitops.util.copying import json_copy
 
@@ -80,6 +80,13 @@ def decode_rows(stored: Any, copy: bool = True) -> list[dict[str, Any]]:
     the rows from them, as it does after the InferenceReplica is deleted.
     """
     return read_rows(stored, copy)[0]
+
+
+def stored_rows(replica: Json | None) -> tuple[Row, ...]:
+    """The readable rows an InferenceReplica stores, as typed values, by index."""
+    status = (replica or {}).get("status") or {}
+    rows = (Row.from_storage(row) for row in decode_rows(status.get("instances")))
+    return tuple(sorted(rows, key=lambda row: row.index))
 
 
 def read_rows(stored: Any, copy: bool = True) -> tuple[list[dict[str, Any]], list[str]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from omegitops.model.steps import Mode, OperationType, Step, check_move, on_table
 
@@ -46,6 +46,48 @@ class Strategy(StrEnum):
     RECREATE_POD = "RecreatePod"
     IN_PLACE_IF_POSSIBLE = "InPlaceIfPossible"
     IN_PLACE_ONLY = "InPlaceOnly"
+
+
+class Gate(StrEnum):
+    """What holds a rollout (``status.rolloutHold.gate``)."""
+
+    BUDGET = "Budget"
+
+
+class StoredHold(TypedDict):
+    """``status.rolloutHold`` as the InferenceReplica stores it."""
+
+    gate: str
+    reason: str
+    since: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What holds the rollout: the gate, why, since when, toward which revision."""
+
+    gate: Gate
+    reason: str
+    since: str
+    target: str
+
+    @classmethod
+    def from_storage(cls, stored: object) -> Hold | None:
+        """The hold a status records; None when it records none, or one it cannot read
+        (a hold is recomputed on every pass)."""
+        if not isinstance(stored, dict):
+            return None
+        try:
+            gate = Gate(str(stored.get("gate")))
+        except ValueError:
+            return None
+        return cls(gate, str(stored.get("reason") or ""), str(stored.get("since") or ""),
+                   str(stored.get("target") or ""))
+
+    def for_storage(self) -> StoredHold:
+        return {"gate": self.gate.value, "reason": self.reason, "since": self.since,
+                "target": self.target}
 
 
 class Outcome(Enum):
@@ -158,11 +200,11 @@ class Row:
             raise ValueError(f"Instance {self.index} holds no operation")
         return self.operation
 
-    def but(self, **changes: Any) -> Row:
-        """This row with ``changes`` (fields by name, as ``dataclasses.replace`` takes)."""
+    def but(self, **changes: Unpack[RowChanges]) -> Row:
+        """This row with ``changes`` (fields by name, checked against ``RowChanges``)."""
         return replace(self, **changes)
 
-    def step_to(self, step: Step, **changes: Any) -> Row:
+    def step_to(self, step: Step, **changes: Unpack[OperationChanges]) -> Row:
         """This row with its operation at ``step`` and ``changes`` to the operation: the
         one way an operation moves, and only as the step table allows (``OffTable``
         otherwise; a ``mode`` among the changes moves it to that mode's sequence)."""
@@ -171,7 +213,7 @@ class Row:
                    changes.get("mode", operation.mode), step)
         return replace(self, operation=replace(operation, step=step, **changes))
 
-    def with_op(self, **changes: Any) -> Row:
+    def with_op(self, **changes: Unpack[OperationChanges]) -> Row:
         """This row with ``changes`` to its operation, which stays at its step (a move
         is ``step_to``'s)."""
         if _MOVES.intersection(changes):
@@ -210,6 +252,52 @@ class Row:
 
 # What only ``Row.step_to`` changes on an operation that goes on.
 _MOVES = frozenset(("type", "mode", "step"))
+
+
+class OperationChanges(TypedDict, total=False):
+    """The fields of an ``Operation`` a step may change (``Row.step_to``, ``Row.with_op``):
+    a misspelt or mistyped one is a type error. tests/test_instance_state.py holds them
+    to ``Operation``'s fields."""
+
+    type: OperationType
+    strategy: str | None
+    started_at: str | None
+    deadline: str | None
+    waiting: str | None
+    mode: Mode | None
+    target_revision: str | None
+    ordinal: int | None
+    replacement: int | None
+    handed_over: bool
+    served: bool
+    fresh: bool
+    retry: bool
+    abandon_grace: int | None
+    overdue: bool
+    refused: Json | None
+    stuck: Mapping[str, str] | None
+    held_at: str | None
+    hold_ended: str | None
+
+
+class RowChanges(TypedDict, total=False):
+    """The fields of a ``Row`` a step may change (``Row.but``), checked as
+    ``OperationChanges`` are."""
+
+    incarnation: int
+    phase: Phase
+    revision: str
+    operation: Operation | None
+    last_failure: Json | None
+    pods: tuple[Json, ...]
+    ordinal: int | None
+    surge_of: int | None
+    rebuild: bool
+    refused: str | None
+    attempts: int | None
+    retry_at: str | None
+    avoid_nodes: tuple[str, ...] | None
+
 
 # Each field's name in the stored status.
 _OPERATION_KEYS = {

@@ -18,12 +18,14 @@ import io
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any, cast
 
 from omegitops.gitops.commit import read_json
 from omegitops.gitops.credentials import git_environment
 from omegitops.gitops.gitcmd import Git, GitError
 from omegitops.gitops.repo import work_tree
 from omegitops.manifests.load import ServiceComponent, load, resolved_components
+from omegitops.model.ids import ComponentKey
 from omegitops.render.component import DesiredComponent
 from omegitops.render.desired import build_desired
 from omegitops.util.errors import InputError
@@ -44,7 +46,7 @@ class Base:
     # Where the report was read: the base ref, or the report branch.
     report_at: str = ""
     # The report itself (None: there was none), and the commit it named.
-    report: dict | None = None
+    report: dict[str, Any] | None = None
     named: str | None = None
     # The manifests at the reported commit are the base ref's (only report commits since).
     same_manifests: bool = False
@@ -59,7 +61,7 @@ class Base:
         return (f"the manifests at {self.ref} (commit {short}), reconciled on a simulated "
                 "cluster sized to fit")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"ref": self.ref, "commit": self.commit, "stateCommit": self.state_commit,
                 "fromReport": self.from_report, "manifestsPresent": self.present}
 
@@ -79,7 +81,7 @@ def base_manifests(repo: Path, ref: str, report_dir: str, scratch: Path,
         if commit is None:
             raise InputError(f"--base {ref}: no such commit in {tree} (fetch it first, e.g. "
                              "actions/checkout with fetch-depth: 0)")
-        report_at, where = (ref, commit)
+        report_at, where = ref, cast(str | None, commit)
         if report_branch:
             report_at, where = _report_branch(git, report_branch)
         report = read_json(git.read(where, (PurePosixPath(report_dir) / REPORT_FILE).as_posix())
@@ -144,7 +146,7 @@ class RevisionHistory:
         # The load memo: most files are the same from one commit to the next.
         self.cache_dir = cache_dir
         self._commits: list[str] | None = None
-        self._loaded: dict[str, dict] = {}
+        self._loaded: dict[str, dict[ComponentKey, ServiceComponent]] = {}
 
     def close(self) -> None:
         if self.git is not None:
@@ -179,12 +181,12 @@ class RevisionHistory:
                 self._commits = out.split() if status == 0 else []
         return self._commits
 
-    def _components(self, commit: str) -> dict:
+    def _components(self, commit: str) -> dict[ComponentKey, ServiceComponent]:
         if commit not in self._loaded:
             target = self.scratch / commit
             target.mkdir(parents=True, exist_ok=True)
-            found: dict = {}
-            if _export(self.git, commit, self.relative, target):
+            found: dict[ComponentKey, ServiceComponent] = {}
+            if _export(cast(Git, self.git), commit, self.relative, target):
                 loaded = load(target / self.relative, self.operator_values,
                               cache_dir=self.cache_dir)
                 found = {_key(i): i for i in resolved_components(loaded)
@@ -193,9 +195,10 @@ class RevisionHistory:
         return self._loaded[commit]
 
 
-def _key(item: ServiceComponent) -> tuple[str, str, str]:
+def _key(item: ServiceComponent) -> ComponentKey:
     meta = item.service.data["metadata"]
-    return meta.get("namespace") or "default", meta["name"], item.lifecycle.component
+    return ComponentKey(meta.get("namespace") or "default", meta["name"],
+                        item.lifecycle.component)
 
 
 def _report_branch(git: Git, branch: str) -> tuple[str, str | None]:

@@ -26,13 +26,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from omegitops.app.passes import apply_plan, plan_all
 from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import ServiceComponent
-from omegitops.model.replica import decode_rows, replica_name
+from omegitops.model.ids import ComponentKey
+from omegitops.model.replica import decode_rows, replica_name, stored_rows
+from omegitops.model.state import Mode, OperationType, Phase, Row
 from omegitops.render.component import DesiredComponent
 from omegitops.render.desired import build_desired
 from omegitops.render.instance import PodSpecInput, instance_pods
@@ -90,19 +92,19 @@ def _count_of(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def reported_components(report: dict) -> dict[tuple[str, str, str], dict]:
+def reported_components(report: dict[str, Any]) -> dict[ComponentKey, dict[str, Any]]:
     """The report's managed components that carry Instance state, by (namespace,
     service, component)."""
     found = {}
     for service in report.get("services") or []:
         for component in service.get("components") or []:
             if component.get("managed") and isinstance(component.get("state"), dict):
-                found[(service.get("namespace"), service.get("name"),
+                found[ComponentKey(service.get("namespace"), service.get("name"),
                        component.get("component"))] = component
     return found
 
 
-def seed(sim: SimCluster, items: list[ServiceComponent], report: dict, find: Finder) -> Seeded:
+def seed(sim: SimCluster, items: list[ServiceComponent], report: dict[str, Any], find: Finder) -> Seeded:
     """Put the report's Instances on ``sim`` (the base replayed on it); see the module."""
     seeded = Seeded()
     reported = reported_components(report)
@@ -112,7 +114,8 @@ def seed(sim: SimCluster, items: list[ServiceComponent], report: dict, find: Fin
         if not item.lifecycle.managed:
             continue
         meta = item.service.data["metadata"]
-        key = (meta.get("namespace") or "default", meta["name"], item.lifecycle.component)
+        key = ComponentKey(meta.get("namespace") or "default", meta["name"],
+                           item.lifecycle.component)
         component = reported.get(key)
         if component is None:
             continue
@@ -146,12 +149,12 @@ class _Component:
     """One component's seed: its rows, the InferenceReplica, the pods to make."""
 
     namespace: str
-    replica: dict
+    replica: dict[str, Any]
     revision: str
-    rows: list[dict]
-    retries: dict
-    pods: list[tuple[dict, bool]]  # (pod, served)
-    faults: list[tuple[str, dict]]  # (fault kind, arguments)
+    rows: list[dict[str, Any]]
+    retries: dict[str, Any]
+    pods: list[tuple[dict[str, Any], bool]]  # (pod, served)
+    faults: list[tuple[str, dict[str, Any]]]  # (fault kind, arguments)
 
     def create_pods(self, sim: SimCluster) -> None:
         for kind, where in self.faults:
@@ -168,8 +171,8 @@ class _Component:
             if served:
                 sim.set_pod_condition(self.namespace, pod["metadata"]["name"], SERVING_GATE,
                                       True)
-        replica = sim.get_object(INFERENCE_REPLICA, self.namespace,
-                                 self.replica["metadata"]["name"])
+        replica = cast(dict[str, Any], sim.get_object(INFERENCE_REPLICA, self.namespace,
+                                                      self.replica["metadata"]["name"]))
         replica["spec"]["revision"] = self.revision
         replica = sim.replace_object(replica)
         status = dict(replica.get("status") or {})
@@ -179,10 +182,11 @@ class _Component:
         sim.replace_status(replica)
 
 
-def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, find: Finder,
+def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict[str, Any], find: Finder,
                     shift: float, seeded: Seeded) -> _Component | None:
     state = component["state"]
-    rows = [_shifted(row, shift) for row in decode_rows(state.get("instances"))]
+    # The report's rows, as stored (JSON), read as typed rows once their times are moved.
+    rows = [Row.from_storage(_shifted(row, shift)) for row in decode_rows(state.get("instances"))]
     revision = component.get("revision")
     meta = item.service.data["metadata"]
     namespace, isvc, name = (meta.get("namespace") or "default", meta["name"],
@@ -197,8 +201,9 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, fi
     labels = {LABEL_ISVC: isvc, LABEL_COMPONENT: name}
     stored = {r["metadata"]["name"]: r for r in sim.list_objects(CONTROLLER_REVISION, labels)
               if r["metadata"].get("namespace") == namespace}
-    wanted = {revision} | {row["revision"] for row in rows} | {
-        (row.get("operation") or {}).get("targetRevision") for row in rows} - {None}
+    targets = {row.operation.target_revision for row in rows if row.operation is not None}
+    wanted: set[str] = {revision} | {row.revision for row in rows} | {
+        target for target in targets if target is not None}
     number = max((int(r.get("revision") or 0) for r in stored.values()), default=0)
     for missing in sorted(wanted - set(stored)):
         desired = find(item, missing)
@@ -211,7 +216,7 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, fi
         number += 1
         stored[missing] = sim.create_object(revision_object(desired, number))
 
-    def templates(of: str) -> dict[str, dict]:
+    def templates(of: str) -> dict[str, dict[str, Any]]:
         data = revision_data(stored[of]) if of in stored else {}
         return data.get("templates") or base.templates
 
@@ -220,7 +225,7 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, fi
             sim.delete_pod(namespace, pod["metadata"]["name"], grace_seconds=0)
     pods, faults = [], []
     for row in rows:
-        for entry in row.get("pods") or []:
+        for entry in row.pods:
             made = _pod(base, row, entry, templates)
             if made is None:
                 continue
@@ -231,45 +236,48 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict, fi
                       _shifted(state.get("revisionRetries") or {}, shift), pods, faults)
 
 
-def _as_replayed(replica: dict, rows: list[dict], retries: dict, revision: str) -> bool:
+def _as_replayed(replica: dict[str, Any], rows: list[Row], retries: dict[str, Any],
+                 revision: str) -> bool:
     """Whether the replayed component already is what the report says: every Instance
     Ready at rest on the revision the replay made, at the same indices, nothing held.
     Most of a fleet is, and is left as replayed (its pods are not made again)."""
     if revision != (replica.get("spec") or {}).get("revision") or retries:
         return False
-    replayed = {row["index"] for row in decode_rows((replica.get("status") or {}).get(
-        "instances"))}
-    return replayed == {row["index"] for row in rows} and all(
-        row["phase"] == "Ready" and not row.get("operation") and row["revision"] == revision
-        and not row.get("lastFailure") and not row.get("avoidNodes") for row in rows)
+    replayed = {row.index for row in stored_rows(replica)}
+    return replayed == {row.index for row in rows} and all(
+        row.phase == Phase.READY and row.operation is None and row.revision == revision
+        and not row.last_failure and not row.avoid_nodes for row in rows)
 
 
-def _pod(base: DesiredComponent, row: dict, entry: dict,
-         templates: Callable[[str], dict[str, dict]]) -> dict | None:
+def _pod(base: DesiredComponent, row: Row, entry: dict[str, Any],
+         templates: Callable[[str], dict[str, dict[str, Any]]]) -> dict[str, Any] | None:
     """The pod ``entry`` of ``row`` names, built from the revision it runs."""
-    operation = row.get("operation") or {}
+    operation = row.operation
     ordinal = entry.get("ordinal") if isinstance(entry.get("ordinal"), int) else 0
-    surging = operation.get("mode") == "Surge" and operation.get("ordinal") == ordinal \
-        and not base.gang
-    revision = operation["targetRevision"] if surging else row["revision"]
+    surging = operation is not None and operation.mode == Mode.SURGE \
+        and operation.ordinal == ordinal and not base.gang
+    revision = cast(str, operation.target_revision) if operation is not None and surging \
+        else row.revision
     runs = templates(revision)
     spec = PodSpecInput(base.namespace, base.isvc, base.component, revision, runs,
                         workers_of(runs, base.lifecycle.worker_size), base.gang,
                         base.pod_metadata)
-    built = instance_pods(spec, row["index"], row["incarnation"], 0 if base.gang else ordinal)
+    built = instance_pods(spec, row.index, row.incarnation,
+                          0 if base.gang else cast(int, ordinal))
     pod = next((p for p in built if p["metadata"]["name"] == entry.get("name")), None)
-    if pod is not None and operation and (surging or operation.get("type") != "Update"):
+    if pod is not None and operation is not None and (
+            surging or operation.type != OperationType.UPDATE):
         pod["metadata"].setdefault("annotations", {})[OPERATION_ANNOTATION] = \
-            operation.get("startedAt")
+            operation.started_at
     return pod
 
 
-def _faults(row: dict, pod: dict) -> list[tuple[str, dict]]:
+def _faults(row: Row, pod: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """The fault a Failed Instance's last failure names, again on its pod: an image that
     cannot be pulled (every pod of that image, as a registry refuses it to all), a
     crash loop (that pod)."""
-    failure = row.get("lastFailure") or {}
-    if row.get("phase") != "Failed" or failure.get("pod") != pod["metadata"]["name"]:
+    failure = row.last_failure or {}
+    if row.phase != Phase.FAILED or failure.get("pod") != pod["metadata"]["name"]:
         return []
     reason = failure.get("reason")
     if reason in IMAGE_FAILURES:
@@ -283,17 +291,17 @@ def _faults(row: dict, pod: dict) -> list[tuple[str, dict]]:
     return []
 
 
-def _count(seeded: Seeded, rows: list[dict], retries: dict, revision: str,
-           replica: dict) -> None:
+def _count(seeded: Seeded, rows: list[Row], retries: dict[str, Any], revision: str,
+           replica: dict[str, Any]) -> None:
     seeded.components += 1
-    seeded.staged += sum(1 for row in rows if row["revision"] != revision)
-    seeded.failed += sum(1 for row in rows if row.get("phase") == "Failed")
+    seeded.staged += sum(1 for row in rows if row.revision != revision)
+    seeded.failed += sum(1 for row in rows if row.phase == Phase.FAILED)
     seeded.held += sum(1 for entry in retries.values()
                        if isinstance(entry, dict) and entry.get("held"))
     seeded.pinned += revision != (replica.get("spec") or {}).get("revision")
 
 
-def _shift_of(report: dict, sim: SimCluster) -> float:
+def _shift_of(report: dict[str, Any], sim: SimCluster) -> float:
     """Seconds from the report's cluster time to the simulated cluster's now: every time
     in the rows (a deadline, a backoff) keeps its distance from now."""
     try:

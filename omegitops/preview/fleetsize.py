@@ -10,6 +10,8 @@ sets no maxSurge). ``sim.sizing.size_for`` turns them into node pools. Pure.
 
 from __future__ import annotations
 
+from typing import Any
+
 from omegitops.capacity.sizing import NodePool, size_for
 from omegitops.manifests.load import ServiceComponent
 from omegitops.model.budgets import scaled_value
@@ -24,13 +26,13 @@ def peak_instances(item: ServiceComponent) -> int:
     replicas = lifecycle.replicas
     if lifecycle.strategy != SURGE_THEN_DRAIN:
         return replicas
-    surge = scaled_value(lifecycle.value("updateStrategy.rollingUpdate.maxSurge"), replicas)
+    surge = scaled_value(lifecycle.settings.max_surge, replicas)
     return replicas + (replicas if surge is None else min(surge, replicas))
 
 
-def peak_pods(items: list[ServiceComponent]) -> list[dict]:
+def peak_pods(items: list[ServiceComponent]) -> list[dict[str, Any]]:
     """One rendered pod per pod slot the managed components need at their peak."""
-    pods: list[dict] = []
+    pods: list[dict[str, Any]] = []
     for item in items:
         if not item.lifecycle.managed or not item.lifecycle.replicas:
             continue

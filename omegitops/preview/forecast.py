@@ -13,17 +13,18 @@ samples into the summary a pull request shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from omegitops.app.passes import MANAGED, PassResult
+from omegitops.app.passes import PassResult
 from omegitops.app.untilidle import BUDGET_SPENT, IDLE, run_until_idle
 from omegitops.capacity.nodes import GPU
 from omegitops.capacity.scheduler import pod_requests
 from omegitops.cluster.base import Cluster
 from omegitops.manifests.load import ServiceComponent
 from omegitops.model.durations import format_duration
-from omegitops.model.replica import decode_rows
+from omegitops.model.state import Operation, Phase
 from omegitops.preview.cadence import Cadence
+from omegitops.render.templates import MANAGED
 from omegitops.util.times import format_time, parse_time
 
 DEFAULT_BUDGET_SECONDS = 7200.0
@@ -32,13 +33,13 @@ DEFAULT_BUDGET_SECONDS = 7200.0
 # -- samples -----------------------------------------------------------------------
 
 
-ComponentKey = tuple[str, str]  # (namespace/service, component)
+SeriesKey = tuple[str, str]  # (namespace/service, component): one line of the forecast
 InstanceKey = tuple[str, str, int]
 
 
 @dataclass(frozen=True)
 class InstanceState:
-    phase: str | None
+    phase: Phase | None
     operation: tuple[str, str, str] | None  # (type, mode, startedAt)
     label: str = ""
 
@@ -49,15 +50,15 @@ class Sample:
 
     at: float
     pods: int
-    capacity: dict[ComponentKey, tuple[int, int]] = field(default_factory=dict)
+    capacity: dict[SeriesKey, tuple[int, int]] = field(default_factory=dict)
     instances: dict[InstanceKey, InstanceState] = field(default_factory=dict)
     # Instances on the component's newest revision, and the Ready condition's message.
-    updated: dict[ComponentKey, tuple[int, str]] = field(default_factory=dict)
+    updated: dict[SeriesKey, tuple[int, str]] = field(default_factory=dict)
     # GPUs the pods after it ask for (terminating ones too: they hold theirs until gone).
     gpus: int = 0
 
 
-def usage(pods: list[dict]) -> tuple[int, int]:
+def usage(pods: list[dict[str, Any]]) -> tuple[int, int]:
     """(pods, GPUs they ask for): what a cluster must hold for them."""
     gpus = sum(pod_requests(pod).get(GPU, 0) for pod in pods)
     return len(pods), -(-gpus // 1000)
@@ -65,9 +66,9 @@ def usage(pods: list[dict]) -> tuple[int, int]:
 
 def sample_pass(result: PassResult, pods: int, gpus: int = 0) -> Sample:
     """A Sample from one pass's plans (their InferenceReplica status); pure."""
-    capacity: dict[ComponentKey, tuple[int, int]] = {}
+    capacity: dict[SeriesKey, tuple[int, int]] = {}
     instances: dict[InstanceKey, InstanceState] = {}
-    updated: dict[ComponentKey, tuple[int, str]] = {}
+    updated: dict[SeriesKey, tuple[int, str]] = {}
     for _, plan in result.plans:
         replica = plan.replica
         key = (f"{replica['metadata']['namespace']}/{replica['spec']['inferenceService']}",
@@ -75,26 +76,26 @@ def sample_pass(result: PassResult, pods: int, gpus: int = 0) -> Sample:
         status = plan.replica.get("status") or {}
         capacity[key] = (int(status.get("servingReplicas") or 0),
                          int(status.get("desiredReplicas") or 0))
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+        ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"),
                      {})
         updated[key] = (int(status.get("updatedReplicas") or 0), ready.get("message") or "")
-        for row in decode_rows(status.get("instances")):
-            operation = row.get("operation")
+        for row in plan.rows:
+            operation = row.operation
             op = None
             label = ""
-            if operation:
-                op = (operation.get("type") or "", operation.get("mode") or "",
-                      operation.get("startedAt") or "")
-                label = span_label(row["index"], operation, row.get("surgeOf"))
-            instances[(*key, row["index"])] = InstanceState(row.get("phase"), op, label)
+            if operation is not None:
+                op = (operation.type.value, operation.mode.value if operation.mode else "",
+                      operation.started_at or "")
+                label = span_label(row.index, operation, row.surge_of)
+            instances[(*key, row.index)] = InstanceState(row.phase, op, label)
     return Sample(result.now.timestamp(), pods, capacity, instances, updated, gpus)
 
 
-def span_label(index: int, operation: dict, surge_of: int | None = None) -> str:
+def span_label(index: int, operation: Operation, surge_of: int | None = None) -> str:
     """``Instance 0 Update (Surge)``; a gang's replacement says whom it replaces."""
-    label = f"Instance {index} {operation.get('type') or 'Operation'}"
-    if operation.get("mode"):
-        label += f" ({operation['mode']})"
+    label = f"Instance {index} {operation.type.value}"
+    if operation.mode is not None:
+        label += f" ({operation.mode.value})"
     if surge_of is not None:
         label += f" replacing {surge_of}"
     return label
@@ -124,7 +125,7 @@ class Span:
 
 def operation_spans(samples: list[Sample]) -> list[Span]:
     """Each Instance operation's span; one still open at the last sample is ``running``."""
-    open_spans: dict[InstanceKey, tuple[tuple, float, str]] = {}
+    open_spans: dict[InstanceKey, tuple[tuple[Any, ...], float, str]] = {}
     spans: list[Span] = []
 
     def close(key: InstanceKey, at: float, outcome: str) -> None:
@@ -134,14 +135,14 @@ def operation_spans(samples: list[Sample]) -> list[Span]:
     for sample in samples:
         for key in sorted(set(open_spans) | set(sample.instances)):
             state = sample.instances.get(key)
-            failed = state is not None and state.phase == "Failed"
+            failed = state is not None and state.phase == Phase.FAILED
             current = state.operation if state is not None and not failed else None
             if key in open_spans and open_spans[key][0] != current:
                 same = state is not None and state.operation == open_spans[key][0]
                 close(key, sample.at, "failed" if failed and same else "done")
             if current is not None and key not in open_spans:
                 start = _started(current[2], sample.at)
-                open_spans[key] = (current, start, state.label)
+                open_spans[key] = (current, start, cast(InstanceState, state).label)
     if samples:
         for key in sorted(open_spans):
             close(key, samples[-1].at, "running")
@@ -158,7 +159,7 @@ def _started(text: str, fallback: float) -> float:
 def lowest_capacity(samples: list[Sample]) -> list[dict[str, Any]]:
     """Per component, the pass with the fewest serving Instances relative to desired,
     and how many serve at the end."""
-    lowest: dict[ComponentKey, tuple[float, int, int, float]] = {}
+    lowest: dict[SeriesKey, tuple[float, int, int, float]] = {}
     for sample in samples:
         for key, (serving, desired) in sample.capacity.items():
             fraction = serving / desired if desired else 1.0

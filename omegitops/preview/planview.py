@@ -29,8 +29,9 @@ The warnings are the ones the documents imply:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import markupsafe
 
@@ -38,14 +39,13 @@ from omegitops.lifecycle.planner import Plan
 from omegitops.lifecycle.updates import images_only
 from omegitops.manifests.load import Loaded, ServiceComponent
 from omegitops.model.budgets import BudgetError, scaled_value
-from omegitops.model.replica import decode_rows, replica_name
-from omegitops.model.state import Strategy
+from omegitops.model.replica import replica_name
+from omegitops.model.state import Gate, Hold, Operation, OperationType, Phase, Row, Strategy
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.resolve import (
     SINGLE,
     SURGE_THEN_DRAIN,
     ComponentLifecycle,
-    timeout_seconds,
 )
 from omegitops.render.revisions import stored_templates
 from omegitops.render.templates import DEFAULT, LEADER, MAIN_CONTAINER
@@ -143,8 +143,8 @@ class PlanWarning:
         return {"code": self.code, "message": self.message}
 
 
-def in_place_only_will_stall(lifecycle: ComponentLifecycle, old: dict | None,
-                             new: dict) -> PlanWarning | None:
+def in_place_only_will_stall(lifecycle: ComponentLifecycle, old: dict[str, Any] | None,
+                             new: dict[str, Any]) -> PlanWarning | None:
     """InPlaceOnly and a change to a single-pod component beyond regular containers' images."""
     if lifecycle.strategy != Strategy.IN_PLACE_ONLY or lifecycle.shape != SINGLE:
         return None
@@ -167,9 +167,9 @@ def _is_image(path: str) -> bool:
 def budgets_cannot_move(lifecycle: ComponentLifecycle) -> PlanWarning | None:
     """The budgets the strategy reads are all zero: no Instance could ever move."""
     strategy = lifecycle.strategy
-    unavailable = _budget(lifecycle, MAX_UNAVAILABLE)
+    unavailable = _budget(lifecycle, lifecycle.settings.max_unavailable)
     if strategy == SURGE_THEN_DRAIN:
-        surge = _budget(lifecycle, MAX_SURGE)
+        surge = _budget(lifecycle, lifecycle.settings.max_surge)
         if surge == 0 and unavailable == 0:
             return PlanWarning(BUDGETS_CANNOT_MOVE, (
                 f"maxSurge {_described(lifecycle, MAX_SURGE)} and maxUnavailable "
@@ -188,7 +188,7 @@ def recreate_takes_component_offline(lifecycle: ComponentLifecycle) -> PlanWarni
     """RecreatePod with no budget (or one covering every Instance) recreates them all at once."""
     if lifecycle.strategy != RECREATE_POD:
         return None
-    unavailable = _budget(lifecycle, MAX_UNAVAILABLE)
+    unavailable = _budget(lifecycle, lifecycle.settings.max_unavailable)
     want = lifecycle.replicas
     if unavailable is None:
         return PlanWarning(RECREATE_TAKES_COMPONENT_OFFLINE, (
@@ -203,7 +203,7 @@ def recreate_takes_component_offline(lifecycle: ComponentLifecycle) -> PlanWarni
     return None
 
 
-def probe_catch_seconds(probe: dict) -> int:
+def probe_catch_seconds(probe: dict[str, Any]) -> int:
     """How long a readiness probe takes to catch a failure: failureThreshold x
     max(periodSeconds, timeoutSeconds), with Kubernetes' defaults (3, 10, 1).
 
@@ -213,19 +213,20 @@ def probe_catch_seconds(probe: dict) -> int:
     30
     """
     value = {**PROBE_DEFAULTS, **{k: v for k, v in probe.items() if k in PROBE_DEFAULTS}}
-    return value["failureThreshold"] * max(value["periodSeconds"], value["timeoutSeconds"])
+    return cast(int, value["failureThreshold"] * max(value["periodSeconds"],
+                                                     value["timeoutSeconds"]))
 
 
-def main_container(templates: dict[str, dict]) -> dict | None:
+def main_container(templates: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The serving container: ``ome-container`` (else the first) of the leader or single pod."""
     template = templates.get(LEADER) or templates.get(DEFAULT)
     containers = ((template or {}).get("spec") or {}).get("containers") or []
     named = [c for c in containers if c.get("name") == MAIN_CONTAINER]
-    return (named or containers or [None])[0]
+    return cast(dict[str, Any] | None, (named or containers or [None])[0])
 
 
 def min_ready_shorter_than_probe(lifecycle: ComponentLifecycle,
-                                 templates: dict[str, dict]) -> PlanWarning | None:
+                                 templates: dict[str, dict[str, Any]]) -> PlanWarning | None:
     """A warm-up window shorter than the readiness probe takes to catch a failure."""
     window = lifecycle.min_ready_seconds
     container = main_container(templates)
@@ -239,14 +240,14 @@ def min_ready_shorter_than_probe(lifecycle: ComponentLifecycle,
     source = lifecycle.fields["minReadySeconds"].source
     return PlanWarning(MIN_READY_SHORTER_THAN_PROBE, (
         f"minReadySeconds {window} (from {source}) is shorter than the readiness probe of "
-        f"container {container.get('name')} takes to catch a failure: "
+        f"container {(container or {}).get('name')} takes to catch a failure: "
         f"{value['failureThreshold']} failures × max(periodSeconds {value['periodSeconds']}, "
         f"timeoutSeconds {value['timeoutSeconds']}) = {catch} s. A pod can become Available "
         f"before a failing probe marks it not Ready; use at least {catch}."))
 
 
 def no_instance_ready_timeout(lifecycle: ComponentLifecycle) -> PlanWarning | None:
-    if timeout_seconds(lifecycle) is not None:
+    if lifecycle.settings.instance_ready_timeout is not None:
         return None
     return PlanWarning(NO_INSTANCE_READY_TIMEOUT, (
         "instanceReadyTimeout is unset in the service, the runtime and the operator settings: "
@@ -254,8 +255,8 @@ def no_instance_ready_timeout(lifecycle: ComponentLifecycle) -> PlanWarning | No
         "(InstanceReadyTimeoutUnconfigured is True)."))
 
 
-def component_warnings(lifecycle: ComponentLifecycle, old: dict | None,
-                       new: dict) -> list[PlanWarning]:
+def component_warnings(lifecycle: ComponentLifecycle, old: dict[str, Any] | None,
+                       new: dict[str, Any]) -> list[PlanWarning]:
     """Every warning for one component, in a fixed order."""
     found = [
         in_place_only_will_stall(lifecycle, old, new),
@@ -267,12 +268,12 @@ def component_warnings(lifecycle: ComponentLifecycle, old: dict | None,
     return [warning for warning in found if warning is not None]
 
 
-def _budget(lifecycle: ComponentLifecycle, name: str) -> int | None:
+def _budget(lifecycle: ComponentLifecycle, budget: int | str | None) -> int | None:
     """The budget as the planner scales it; at zero replicas, as it would be for one
     Instance: a component scaled to zero has nothing to move, and its budgets matter
     only once it is scaled up (a percentage of 0 is no reason to warn)."""
     try:
-        return scaled_value(lifecycle.value(name), max(lifecycle.replicas, 1))
+        return scaled_value(budget, max(lifecycle.replicas, 1))
     except BudgetError:
         return None
 
@@ -300,7 +301,7 @@ class Removal:
     serving: int
 
     @classmethod
-    def of(cls, replica: dict) -> Removal:
+    def of(cls, replica: dict[str, Any]) -> Removal:
         meta, spec = replica["metadata"], replica.get("spec") or {}
         status = replica.get("status") or {}
         return cls(namespace=meta.get("namespace") or "default", replica=meta["name"],
@@ -309,7 +310,7 @@ class Removal:
                    instances=int(status.get("replicas") or 0),
                    serving=int(status.get("servingReplicas") or 0))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"service": f"{self.namespace}/{self.service}", "component": self.component,
                 "replica": f"{self.namespace}/{self.replica}", "instances": self.instances,
                 "serving": self.serving,
@@ -379,7 +380,7 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def template_unified_diff(old: dict[str, dict] | None, new: dict[str, dict],
+def template_unified_diff(old: dict[str, dict[str, Any]] | None, new: dict[str, dict[str, Any]],
                           old_name: str, new_name: str) -> str | None:
     """The pod templates as a unified diff of their YAML, runner by runner (None when
     the old revision's templates are not stored)."""
@@ -389,9 +390,10 @@ def template_unified_diff(old: dict[str, dict] | None, new: dict[str, dict],
 
     import yaml
 
-    def text(templates: dict[str, dict]) -> list[str]:
-        return yaml.safe_dump(templates, sort_keys=True, default_flow_style=False,
-                              width=1000).splitlines(keepends=True)
+    def text(templates: dict[str, dict[str, Any]]) -> list[str]:
+        dumped: str = yaml.safe_dump(templates, sort_keys=True, default_flow_style=False,
+                                     width=1000)
+        return dumped.splitlines(keepends=True)
 
     lines = difflib.unified_diff(text(old), text(new), fromfile=old_name, tofile=new_name,
                                  n=2)
@@ -414,22 +416,17 @@ def next_step(planned: PlannedComponent) -> list[str]:
 
 def instance_lines(plan: Plan) -> list[dict[str, Any]]:
     """Each Instance as this pass leaves it: phase, revision and operation step."""
-    rows = decode_rows((plan.replica.get("status") or {}).get("instances"))
-    out = []
-    for row in sorted(rows, key=lambda r: r.get("index", 0)):
-        operation = row.get("operation")
-        out.append({"index": row.get("index"), "phase": row.get("phase"),
-                    "revision": row.get("revision"),
-                    "operation": operation_label(operation) if operation else None})
-    return out
+    return [{"index": row.index, "phase": row.phase.value, "revision": row.revision,
+             "operation": None if row.operation is None else operation_label(row.operation)}
+            for row in plan.rows]
 
 
-def operation_label(operation: dict) -> str:
+def operation_label(operation: Operation) -> str:
     """``Update/Surge SurgeCreate``."""
-    kind = operation.get("type") or "?"
-    if operation.get("mode"):
-        kind += f"/{operation['mode']}"
-    return f"{kind} {operation.get('step') or ''}".strip()
+    kind = operation.type.value
+    if operation.mode is not None:
+        kind += f"/{operation.mode.value}"
+    return f"{kind} {operation.step.value}"
 
 
 def component_view(planned: PlannedComponent) -> dict[str, Any]:
@@ -469,46 +466,47 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
     if revision["old"] is not None and revision["old"] != revision["new"]:
         diff = template_unified_diff(old_templates, desired.templates, revision["old"],
                                      revision["new"])
-    rows = decode_rows(status.get("instances"))
+    rows = plan.rows
+    hold = plan.hold
     view.update(
         lifecycleChanges=lifecycle_changes(desired, observed),
         templateDiff=diff,
         toMove=sum(1 for row in rows
-                   if row.get("revision") != desired.revision and row.get("surgeOf") is None
-                   and row.get("phase") != "Deleting"),
+                   if row.revision != desired.revision and row.surge_of is None
+                   and row.phase != Phase.DELETING),
         revision=revision,
         nextStep=next_step(planned),
         instances=instance_lines(plan),
-        hold=status.get("rolloutHold"),
+        hold=None if hold is None else hold.for_storage(),
         conditions=[{key: c.get(key) for key in ("type", "status", "reason", "message")}
                     for c in status.get("conditions") or [] if c.get("type") in SHOWN_CONDITIONS],
         warnings=[w.to_dict() for w in component_warnings(lifecycle, old_templates,
                                                           desired.templates)],
         changes=not plan.is_noop,
     )
-    view["pacing"] = pacing(lifecycle, view["hold"], rows)
+    view["pacing"] = pacing(lifecycle, hold, rows)
     # What the reviewer asks first: does this component change at all?
     view["changed"] = bool(revision["old"] != revision["new"] or view["lifecycleChanges"]
                            or view["changes"])
     return view
 
 
-def pacing(lifecycle: ComponentLifecycle, hold: dict | None,
-           rows: list[dict]) -> dict[str, Any] | None:
+def pacing(lifecycle: ComponentLifecycle, hold: Hold | None,
+           rows: tuple[Row, ...]) -> dict[str, Any] | None:
     """A Budget hold while updates of the rollout are in flight is the budgets pacing it,
     not a hold: the others wait their turn. None for any other hold (a budget that lets
     nothing move, a held revision, InPlaceOnly refusing)."""
-    if not hold or hold.get("gate") != "Budget":
+    if hold is None or hold.gate != Gate.BUDGET:
         return None
-    moving = sum(1 for row in rows if (row.get("operation") or {}).get("type") == "Update")
+    moving = sum(1 for row in rows
+                 if row.operation is not None and row.operation.type == OperationType.UPDATE)
     if not moving:
         return None
     budgets = ", ".join(f"{name.rsplit('.', 1)[-1]} {_described(lifecycle, name)}"
                         for name in (MAX_SURGE, MAX_UNAVAILABLE)
                         if name in lifecycle.fields and (
                             name != MAX_SURGE or lifecycle.strategy == SURGE_THEN_DRAIN))
-    waiting = sum(1 for row in rows if not row.get("operation")
-                  and row.get("revision") != hold.get("target"))
+    waiting = sum(1 for row in rows if row.operation is None and row.revision != hold.target)
     return {"moving": moving, "waiting": waiting,
             "short": f"{moving} at a time",
             "text": f"{moving} Instance{'' if moving == 1 else 's'} moving at a time within "
@@ -521,7 +519,7 @@ def pacing(lifecycle: ComponentLifecycle, hold: dict | None,
 
 def plan_document(loaded: Loaded, planned: list[PlannedComponent], cluster: dict[str, Any],
                   forecast: dict[str, Any] | None, forecast_skipped: str | None,
-                  removed: list[Removal] = ()) -> dict:
+                  removed: Sequence[Removal] = ()) -> dict[str, Any]:
     """The plan as one JSON document; pure."""
     components = [component_view(p) for p in planned if p.error is None]
     failed = [p.error for p in planned if p.error is not None]
@@ -585,7 +583,7 @@ TAIL_RESERVE = 3000
 FULL_PLAN = "the full plan is in the run's summary and its artifact"
 
 
-def render_markdown(document: dict, max_chars: int | None = None,
+def render_markdown(document: dict[str, Any], max_chars: int | None = None,
                     limit_note: str = FULL_PLAN) -> str:
     """The plan as Markdown, top down: summary, errors and warnings, forecast, then the
     changed components; unchanged ones are counted. With ``max_chars``, components are
@@ -597,7 +595,8 @@ def render_markdown(document: dict, max_chars: int | None = None,
     env.filters["html_code"] = _html_code
     env.filters["value"] = show_value
     env.filters["fence_safe"] = _fence_safe
-    module = env.get_template(TEMPLATE).make_module({"limits": LIMITS})
+    # A template's macros are read by name: Any.
+    module: Any = env.get_template(TEMPLATE).make_module({"limits": LIMITS})
     components = document["components"]
     changed = [c for c in components if c["managed"] and c["changed"]]
     unchanged = sum(1 for c in components if c["managed"] and not c["changed"])

@@ -12,6 +12,7 @@ from typing import Any
 
 from omegitops.model import budgets
 from omegitops.model.durations import DurationError, parse_duration
+from omegitops.model.settings import UpdateRetry
 from omegitops.model.state import Json
 from omegitops.util.errors import OperatorConfigError
 
@@ -28,18 +29,6 @@ class StrategyDefault:
     type: str | None = None
     max_surge: int | str | None = None
     max_unavailable: int | str | None = None
-
-
-@dataclass(frozen=True)
-class UpdateRetry:
-    """Revision retries: attempt n+1 waits initial_backoff * 2**(n-1) after attempt n."""
-
-    max_attempts: int
-    initial_backoff: float
-
-    def delay_before(self, attempt: int) -> float:
-        """Seconds to wait before ``attempt`` (2 -> 1m, 3 -> 2m with the chart's values)."""
-        return self.initial_backoff * 2 ** (attempt - 2) if attempt >= 2 else 0.0
 
 
 @dataclass(frozen=True)

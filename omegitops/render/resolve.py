@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from omegitops.model.durations import DurationError, parse_duration
+from omegitops.model.settings import ComponentSettings
 from omegitops.model.state import Json, Strategy
 from omegitops.render.operator import COMPONENTS, OperatorSettings
 from omegitops.util.goint import atoi
@@ -60,25 +61,22 @@ class ComponentLifecycle:
     shape: str
     worker_size: int
     replicas: int
+    # Each setting with where it came from, by its name in the documents (what
+    # ``resolve`` and the plan show); the planner reads ``settings``.
     fields: dict[str, Resolved] = field(default_factory=dict)
+    settings: ComponentSettings = field(default_factory=ComponentSettings)
 
     @property
     def managed(self) -> bool:
         return bool(self.mode.value == OMENATIVE)
 
-    def value(self, name: str, default: Any = None) -> Any:
-        resolved = self.fields.get(name)
-        return default if resolved is None else resolved.value
-
     @property
     def strategy(self) -> str:
-        # As the manifests give it: the schema holds it to a string.
-        return cast(str, self.value("updateStrategy.type", SURGE_THEN_DRAIN))
+        return self.settings.strategy
 
     @property
     def min_ready_seconds(self) -> int:
-        # As the manifests give it: the schema holds it to an integer.
-        return cast(int, self.value("minReadySeconds", 0))
+        return self.settings.min_ready_seconds
 
     def lifecycle_spec(self) -> dict[str, Any]:
         """The lifecycle as the InferenceReplica's spec shows it: only what is set
@@ -225,7 +223,8 @@ def resolve_component(
                             "worker_size": workers, "replicas": replicas}
     if mode.value != OMENATIVE:
         return ComponentLifecycle(**base)
-    return ComponentLifecycle(**base, fields=_fields(isvc, runtime, component, shape, operator))
+    fields = _fields(isvc, runtime, component, shape, operator)
+    return ComponentLifecycle(**base, fields=fields, settings=_settings(fields, operator))
 
 
 def _replicas(component_spec: Json, runtime_config: Json) -> int:
@@ -316,9 +315,46 @@ def _as_int(value: Any) -> Any:
     return value if number is None else number
 
 
-def timeout_seconds(lifecycle: ComponentLifecycle) -> float | None:
-    """instanceReadyTimeout in seconds; None when unset everywhere (no deadline)."""
-    value = lifecycle.value("instanceReadyTimeout")
+def _settings(fields: dict[str, Resolved], operator: OperatorSettings) -> ComponentSettings:
+    """The resolved ``fields`` as the planner reads them, typed (the schema and
+    manifests/plannable.py hold the manifests' values to these types); the operator's
+    own settings as ``operator`` parsed them."""
+
+    def resolved(name: str) -> Any:
+        found = fields.get(name)
+        return None if found is None else found.value
+
+    timeout = resolved("instanceReadyTimeout")
+    history = resolved("revisionHistoryLimit")
+    defaults = ComponentSettings()
+    return ComponentSettings(
+        strategy=cast(str, resolved("updateStrategy.type") or defaults.strategy),
+        partition=int(resolved("updateStrategy.rollingUpdate.partition") or 0),
+        max_surge=resolved("updateStrategy.rollingUpdate.maxSurge"),
+        max_unavailable=resolved("updateStrategy.rollingUpdate.maxUnavailable"),
+        mark_not_ready_during_lifecycle=cast(bool, fields[_MARK].value if _MARK in fields
+                                             else defaults.mark_not_ready_during_lifecycle),
+        min_ready_seconds=cast(int, resolved("minReadySeconds") or 0),
+        restart_policy=cast(str, resolved("restartPolicy") or defaults.restart_policy),
+        instance_ready_timeout=_seconds(timeout),
+        instance_ready_timeout_text=None if timeout is None else str(timeout),
+        migration_mode=cast(str, resolved("migrationPolicy.mode") or defaults.migration_mode),
+        # A history annotation that is no integer keeps every revision.
+        revision_history_limit=history if isinstance(history, int) else None,
+        stuck_pod_grace_period=operator.stuck_pod_grace_period,
+        unschedulable_grace_period=operator.unschedulable_grace_period,
+        repair_batch_size=operator.repair_batch_size,
+        abandoned_replacement_grace_period=operator.abandoned_replacement_grace_period,
+        update_retry=operator.update_retry,
+        auto_migrate_max_attempts=operator.auto_migrate_max_attempts,
+    )
+
+
+_MARK = "updateStrategy.inPlaceUpdateStrategy.markNotReadyDuringLifecycle"
+
+
+def _seconds(value: Any) -> float | None:
+    """A duration in seconds; None when unset (no deadline) or not a duration."""
     if value is None:
         return None
     try:

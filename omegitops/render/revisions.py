@@ -81,8 +81,8 @@ def plan_revisions(desired: Any, stored: list[Json], rows: Iterable[Row]) -> lis
     if desired.revision not in names:
         actions.append(ApplyObject(revision_object(desired, max(numbers, default=0) + 1),
                                    exists=False))
-    limit = desired.lifecycle.value("revisionHistoryLimit")
-    if not isinstance(limit, int):
+    limit = desired.lifecycle.settings.revision_history_limit
+    if limit is None:
         return actions
     in_use = {desired.revision} | {row.revision for row in rows}
     in_use |= {row.operation.target_revision for row in rows if row.operation is not None}

@@ -42,13 +42,13 @@ from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
 from omegitops.manifests.schemas import validator
 from omegitops.model.replica import decode_rows, encode_rows, replica_name
+from omegitops.model.state import Phase, Row
 from omegitops.render.templates import MANAGED
 from omegitops.report.views import (
     WARNING,
     about_component,
     about_service,
     event_view,
-    instance_rows,
     replica_view,
     sort_events,
 )
@@ -115,7 +115,7 @@ def build_report(loaded: Loaded, replicas: list[dict], events: list[dict], now: 
         services.append(_service(components[key][0], entries, service_events))
     known = {(s["namespace"], replica_name(s["name"], c["component"]))
              for s in services for c in s["components"]}
-    report = {
+    report: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "generatedAt": format_time(now.timestamp()),
@@ -190,7 +190,7 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
     view = replica_view(replica)
     # Read, never changed, here: the rows may share their values with the replica.
     decoded = decode_rows((replica.get("status") or {}).get("instances"), copy=False)
-    rows = instance_rows(replica, decoded)
+    rows = sorted((Row.from_storage(row) for row in decoded), key=lambda row: row.index)
     mine = [v for v in events if about_component(v, lifecycle.component)]
     health, reason = component_health(view, rows, mine, now)
     phases = phase_counts(rows)
@@ -205,8 +205,8 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
                                       "currentRevision")},
         "phases": phases,
         "phaseSummary": phase_summary(phases),
-        "operations": sum(1 for row in rows if row["operation"]),
-        "failedInstances": [row["index"] for row in rows if row["phase"] == "Failed"],
+        "operations": sum(1 for row in rows if row.operation is not None),
+        "failedInstances": [row.index for row in rows if row.phase == Phase.FAILED],
         "rolloutHold": _hold(view["rolloutHold"]),
         "conditions": unhealthy_conditions(view["conditions"]),
         # What plan --base starts from: the Instances as stored, which no replay of the
@@ -254,10 +254,10 @@ def _missing(name: str, desired: int, min_ready: int) -> dict:
     }
 
 
-def component_health(view: dict, rows: list[dict], events: list[dict],
+def component_health(view: dict, rows: list[Row], events: list[dict],
                      now: datetime) -> tuple[str, str]:
     """The health word and why; the rule is in the module docstring."""
-    failed = [str(row["index"]) for row in rows if row["phase"] == "Failed"]
+    failed = [str(row.index) for row in rows if row.phase == Phase.FAILED]
     if failed:
         return DEGRADED, f"Instances {', '.join(failed)} Failed"
     ready = _condition(view, "Ready")
@@ -274,9 +274,9 @@ def component_health(view: dict, rows: list[dict], events: list[dict],
     return HEALTHY, f"{view['ready']}/{view['desired']} Instances ready and available"
 
 
-def _unsettled(view: dict, rows: list[dict]) -> list[str]:
+def _unsettled(view: dict, rows: list[Row]) -> list[str]:
     reasons = []
-    in_flight = sum(1 for row in rows if row["operation"])
+    in_flight = sum(1 for row in rows if row.operation is not None)
     if in_flight:
         reasons.append(f"{in_flight} operation{'s' if in_flight != 1 else ''} in flight")
     want = view["desired"]
@@ -301,14 +301,14 @@ def unhealthy_conditions(conditions: list[dict]) -> list[dict]:
     """Conditions not in their good state, sorted by type."""
     out = []
     for cond in conditions:
-        if cond.get("status") != GOOD_STATUS.get(cond.get("type"), "False"):
+        if cond.get("status") != GOOD_STATUS.get(str(cond.get("type")), "False"):
             out.append({key: cond.get(key) for key in
                         ("type", "status", "reason", "message", "lastTransitionTime")})
     return sorted(out, key=lambda c: c["type"] or "")
 
 
-def phase_counts(rows: list[dict]) -> list[dict]:
-    counts = Counter(row["phase"] or "Unknown" for row in rows)
+def phase_counts(rows: list[Row]) -> list[dict]:
+    counts = Counter(row.phase.value for row in rows)
     order = {phase: i for i, phase in enumerate(PHASE_ORDER)}
     phases = sorted(counts, key=lambda p: (order.get(p, len(order)), p))
     return [{"phase": phase, "count": counts[phase]} for phase in phases]

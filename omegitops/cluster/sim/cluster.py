@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self, cast
 
 from omegitops.capacity import nodes
 from omegitops.capacity.scheduler import Gang, NodeRoom, Round, pod_requests
@@ -185,7 +185,7 @@ class SimCluster(Cluster):
         target = self._clock + seconds
         self._schedule_if_needed()
         while (when := self._timeline.peek()) is not None and when <= target:
-            when, (what, key) = self._timeline.pop()
+            when, (what, key) = cast("tuple[float, Any]", self._timeline.pop())
             self._clock = max(self._clock, when)
             if what == "pod":
                 self._process_pod(key)
@@ -426,7 +426,7 @@ class SimCluster(Cluster):
             return clone(stored)
         namespace = (event.get("metadata") or {}).get("namespace") or involved.get("namespace") \
             or "default"
-        counters = self._state["counters"]
+        counters = cast(dict, self._state)["counters"]
         counters["event"] += 1
         event["apiVersion"], event["kind"] = "v1", base.EVENT
         event["metadata"] = {
@@ -515,7 +515,7 @@ class SimCluster(Cluster):
         """``namespace/name`` of the PodGroup the pod belongs to, when the PodGroup kind is
         installed and that group exists (the coscheduling plugin schedules a pod whose
         group is missing as any other pod)."""
-        if not self._state["settings"]["podGroupCRD"]:
+        if not cast(dict, self._state)["settings"]["podGroupCRD"]:
             return None
         group = (pod["metadata"].get("labels") or {}).get(POD_GROUP_LABEL)
         if not group:
@@ -604,7 +604,7 @@ class SimCluster(Cluster):
         nrec = self._sim["nodes"][rec["node"]]
         fault_flags = self._sim["faults"]["pods"].get(pod["metadata"]["uid"], {})
         host = Host(images=nrec["images"], unpullable=set(self._sim["faults"]["images"]),
-                    pull_seconds=self._state["settings"]["pullSeconds"])
+                    pull_seconds=cast(dict, self._state)["settings"]["pullSeconds"])
         return PodWorker(pod, rec, host, fault_flags)
 
     def _set_next(self, uid: str, rec: dict, when: float | None) -> None:
@@ -956,7 +956,7 @@ class SimCluster(Cluster):
 
     def _fill_metadata(self, obj: dict) -> None:
         meta = obj.setdefault("metadata", {})
-        counters = self._state["counters"]
+        counters = cast(dict, self._state)["counters"]
         counters["uid"] += 1
         meta["uid"] = _uid(counters["uid"])
         meta["creationTimestamp"] = format_time(self._clock)
@@ -968,12 +968,13 @@ class SimCluster(Cluster):
 
     def _bump(self, obj: dict) -> None:
         """Every write takes the next global resourceVersion, as etcd revisions do."""
-        self._state["resourceVersion"] += 1
-        obj["metadata"]["resourceVersion"] = str(self._state["resourceVersion"])
+        state = cast(dict, self._state)
+        state["resourceVersion"] += 1
+        obj["metadata"]["resourceVersion"] = str(state["resourceVersion"])
         self._dirty = True
 
     def _new_ip(self) -> str:
-        counters = self._state["counters"]
+        counters = cast(dict, self._state)["counters"]
         counters["ip"] += 1
         n = counters["ip"]
         # 10.1.0.1 upwards; nothing is ever contacted at these addresses.

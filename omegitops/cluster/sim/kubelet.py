@@ -32,6 +32,7 @@ Timing, as a real kubelet (and documented defaults of this simulator):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 # Phases of a container record.
 WAITING, PULLING, PULL_FAILED, RUNNING = "waiting", "pulling", "pullFailed", "running"
@@ -350,7 +351,7 @@ class PodWorker:
     def _end(self, c: dict, t: float, exit: dict | None, phase: str = STOPPED) -> None:
         started = c["since"] if c["phase"] == RUNNING else None
         if c["phase"] == RUNNING:
-            exit = {**exit, "startedAt": started, "finishedAt": t}
+            exit = {**cast(dict, exit), "startedAt": started, "finishedAt": t}
         elif exit is UNKNOWN_EXIT or exit is None:
             exit = dict(UNKNOWN_EXIT)
         c.update(phase=phase, exit=exit, since=t, until=None, dies=None,
