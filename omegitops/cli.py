@@ -78,15 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as stop:  # a usage error (2), or --help and --version (0)
-        return stop.code if isinstance(stop.code, int) else 2
+    except SystemExit as exit_:  # a usage error (2), or --help and --version (0)
+        return exit_.code if isinstance(exit_.code, int) else 2
     _log_to_stderr(logging.DEBUG if args.verbose else logging.INFO)
     with orderly_stop() as stop:
         if stop.signum is not None:  # before the command started
             print(f"omegitops: interrupted by {signal.Signals(stop.signum).name}",
                   file=sys.stderr)
             return 128 + stop.signum
-        code = _run(args)
+        code: int = _run(args)
     if stop.signum is not None and code < 128:
         # A signal that came while the run finished its writes (app/stopping.py).
         print(f"omegitops: stopped by {signal.Signals(stop.signum).name} once what was under "

@@ -235,7 +235,8 @@ def _walk_folders(root: Path, onerror: Callable[[OSError], None]
     stack = [os.fspath(root)]
     while stack:
         top = stack.pop()
-        dirs, files = [], []
+        dirs: list[str] = []
+        files: list[str] = []
         try:
             with os.scandir(top) as entries:
                 for entry in entries:

@@ -40,7 +40,7 @@ class TokenFile:
     def install(self, configuration: Configuration) -> None:
         """Read the token now, and again before a request once the period is over."""
         self(configuration)
-        configuration.refresh_api_key_hook = self
+        configuration.refresh_api_key_hook = self  # type: ignore[assignment]
 
     def expire(self) -> bool:
         """Read the file again before the next request (the server refused the token).
