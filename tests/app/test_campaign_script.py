@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.campaigns import invariant_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_failures_are_named_by_the_invariant_they_broke():

@@ -2,8 +2,8 @@
 
 Each case makes a git repository with a base branch (what the job last ran) and a
 change on top, then plans the change against the base, as the plan workflow does.
-The snapshots live in ``tests/snapshots/``; after an intended change to the plan,
-``OMEGITOPS_UPDATE_SNAPSHOTS=1 python3 -m pytest tests/test_plan_snapshots.py``
+The snapshots live in ``tests/preview/snapshots/``; after an intended change to the plan,
+``OMEGITOPS_UPDATE_SNAPSHOTS=1 python3 -m pytest tests/preview/test_plan_snapshots.py``
 writes them again (review the diff before committing it).
 """
 
@@ -25,7 +25,7 @@ from tests.fleet import strategy, write_service
 
 HERE = Path(__file__).resolve().parent
 SNAPSHOTS = HERE / "snapshots"
-EXAMPLES = HERE.parent / "examples"
+EXAMPLES = HERE.parents[1] / "examples"
 GITHUB_COMMENT_LIMIT = 65536
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
@@ -87,11 +87,11 @@ def one_runtime_image_change(tmp_path: Path) -> Path:
 
 
 def a_hundred_services(tmp_path: Path) -> Path:
-    sys.path.insert(0, str(HERE / "bench"))
+    sys.path.insert(0, str(HERE.parent / "bench"))
     try:
         import genfleet
     finally:
-        sys.path.remove(str(HERE / "bench"))
+        sys.path.remove(str(HERE.parent / "bench"))
     repo = tmp_path / "repo"
     genfleet.write_fleet(repo / "manifests", 100)
     runtime = repo / "manifests/runtimes/srt-gang-0.yaml"
@@ -123,7 +123,7 @@ def every_example_image(tmp_path: Path) -> Path:
     return repo
 
 
-# name: (builder, plan's extra flags); tests/test_gantt_rendered.py draws each one's gantt.
+# name: (builder, plan's extra flags); tests/preview/test_gantt_rendered.py draws each one's gantt.
 CASES = {
     "one-service-change": (one_runtime_image_change, ()),
     "hundred-services": (a_hundred_services, ("--max-chars", "65000")),

@@ -16,7 +16,7 @@ from pathlib import Path
 import git
 
 from omegitops.gitops import branch as branch_module
-from tests.test_gitops import (
+from tests.gitops.test_gitops import (
     example_files,
     history,
     make_remote,

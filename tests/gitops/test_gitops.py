@@ -544,7 +544,7 @@ def test_push_never_forces(tmp_path, remote, monkeypatch):
 
 
 def test_the_git_flags_parse():
-    """The job's flags exist (tests/test_pipelines.py checks its full command line)."""
+    """The job's flags exist (tests/project/test_pipelines.py checks its full command line)."""
     args = build_parser().parse_args([
         "reconcile", "--repo", "https://h/x.git", "--branch", "main", "--path", "deploy",
         "--commit", "--push", "--author", "A <a@b>"])

@@ -14,9 +14,9 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "schemas"
-OME = Path(__file__).resolve().parents[2] / "shared" / "ome"
+OME = Path(__file__).resolve().parents[3] / "shared" / "ome"
 
 SCHEMA_FILES = [
     "inferenceservice.schema.json",

@@ -10,7 +10,7 @@ from pathlib import Path
 import kubernetes_validate
 import yaml
 
-CRDS = Path(__file__).resolve().parents[1] / "pipelines" / "crds"
+CRDS = Path(__file__).resolve().parents[2] / "pipelines" / "crds"
 CRD_FILE = CRDS / "inferencereplica-crd.yaml"
 
 

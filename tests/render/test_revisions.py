@@ -25,8 +25,8 @@ from omegitops.render.revisions import (
 from omegitops.render.templates import render_templates, revision_name
 from omegitops.util.copying import Packed
 from tests.fleet import strategy, write_service
+from tests.lifecycle.test_instances import small_repo
 from tests.scenario import Scenario, converged
-from tests.test_instances import small_repo
 
 RUNTIME = {
     "apiVersion": "ome.io/v1beta1", "kind": "ClusterServingRuntime",

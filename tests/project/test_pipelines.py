@@ -33,7 +33,7 @@ from omegitops.app.shards import MAX_SHARDS, Shard
 from omegitops.cli import build_parser
 from omegitops.cluster.kube.access import INFERENCE_SERVICES, PASS, PODGROUPS, PRUNE, Permission
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = REPO_ROOT / "pipelines"
 # Vendored from Argo Workflows (schemas/argo/README.md), so every clone checks it.
 ARGO_SCHEMA = REPO_ROOT / "schemas" / "argo" / "schema.json"

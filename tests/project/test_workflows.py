@@ -21,7 +21,7 @@ import jsonschema
 import pytest
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 README = REPO_ROOT / "README.md"
 PLAN_MARKER = "<!-- omegitops-plan -->"
@@ -197,7 +197,7 @@ def test_plan_runs_on_pull_requests_touching_manifests():
     plan = workflow("plan.yml")
     assert set(plan["on"]) == {"pull_request"}, "never pull_request_target: PR code is untrusted"
     paths = plan["on"]["pull_request"]["paths"]
-    # This repository's manifests are examples/; tests/corpus/ is broken on purpose.
+    # This repository's manifests are examples/; tests/manifests/corpus/ is broken on purpose.
     assert paths == ["examples/**.yaml", "examples/**.yml"]
     assert "${{ github.event.pull_request.number }}" in plan["concurrency"]["group"]
 

@@ -22,7 +22,7 @@ from omegitops.cluster.sim import SimCluster
 from omegitops.report.status import content_key, merge_reports
 from omegitops.util.errors import UsageError
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NAMESPACES = ("deepseek-r1", "llama-demo", "qwen3-0-6b")
 
 

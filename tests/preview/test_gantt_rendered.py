@@ -1,8 +1,8 @@
 """The plan's gantt charts drawn by the real Mermaid, each bar measured against the plan.
 
-Every case of the plan snapshots (``tests/test_plan_snapshots.py``) is planned with
+Every case of the plan snapshots (``tests/preview/test_plan_snapshots.py``) is planned with
 ``--json-out``; its chart is rendered to SVG by ``@mermaid-js/mermaid-cli`` on Debian's
-chromium (``tests/mermaid/install.sh`` installs both when missing), and each bar's
+chromium (``tests/preview/mermaid/install.sh`` installs both when missing), and each bar's
 left edge and width must be its start and length in the plan's JSON, on one linear
 axis. With ``dateFormat X`` (seconds) Mermaid drew later batches from zero: 4 of 11 bars
 of a 4-batch image bump (``op3`` written 332-662 s, drawn from 0).
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from omegitops.cli import main
-from tests.test_plan_snapshots import CASES
+from tests.preview.test_plan_snapshots import CASES
 
 HERE = Path(__file__).resolve().parent
 # Chromium as the machine allows it here: no sandbox (root), nothing fetched.

@@ -84,7 +84,7 @@ def test_a_runtime_of_the_real_catalogue_that_requires_an_instance_type_comes_up
     simulated nodes have none, so a forecast there fails what a real cluster runs."""
     # Left as found: the runtime's top-level affinity and tolerations (ServingRuntime
     # pod fields) are not yet rendered into pods; here the engine carries them.
-    shared = Path(__file__).resolve().parents[2] / "shared" / "ome"
+    shared = Path(__file__).resolve().parents[3] / "shared" / "ome"
     if not shared.is_dir():
         import pytest
 

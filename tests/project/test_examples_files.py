@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MANAGED_KINDS = {"InferenceService", "ServingRuntime", "ClusterServingRuntime"}
 

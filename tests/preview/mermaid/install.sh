@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real Mermaid, for the gantt tests (tests/test_gantt_rendered.py): Debian's chromium
+# The real Mermaid, for the gantt tests (tests/preview/test_gantt_rendered.py): Debian's chromium
 # (installed when missing; root is needed, as apt-get does) and @mermaid-js/mermaid-cli
 # from the npm registry at the versions package-lock.json pins, installed once into
 # ~/.cache/omegitops/mermaid/<hash of package.json and the lock>. Puppeteer's own browser

@@ -557,7 +557,7 @@ def test_a_fresh_start_cut_short_rebuilds_the_whole_gang(tmp_path):
 
 
 def _recorded_campaign(tmp_path, name: str) -> None:
-    """A campaign the nightly run recorded (``tests/campaign_plans/``), run again."""
+    """A campaign the nightly run recorded (``tests/app/campaign_plans/``), run again."""
     import json
 
     from tests.chaos import Service

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from docker.utils.build import exclude_paths
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "omegitops"
 
 

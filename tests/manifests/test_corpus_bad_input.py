@@ -1,7 +1,7 @@
 """The bad-input corpus: every broken file gets a clear error and harms nothing else.
 
-Each folder of ``tests/corpus/`` is a tiny repository holding only its broken
-file(s); at test time it is laid over ``tests/corpus/_base`` (one runtime and
+Each folder of ``tests/manifests/corpus/`` is a tiny repository holding only its broken
+file(s); at test time it is laid over ``tests/manifests/corpus/_base`` (one runtime and
 one good OMENative service, demo/good). Its ``expect.yaml`` says:
 
 - ``exit``: the exit code of ``validate`` and ``reconcile`` (0 for inputs that

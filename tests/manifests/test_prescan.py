@@ -70,11 +70,11 @@ def test_the_promise_holds_on_the_ome_catalogue():
 
 
 def test_a_generated_fleet_is_told_apart_file_by_file(tmp_path):
-    sys.path.insert(0, str(HERE / "bench"))
+    sys.path.insert(0, str(HERE.parent / "bench"))
     try:
         import genfleet
     finally:
-        sys.path.remove(str(HERE / "bench"))
+        sys.path.remove(str(HERE.parent / "bench"))
     genfleet.write_fleet(tmp_path, 40)
     services = yaml_files(tmp_path / "services")
     assert all(len(assert_promise(p) or ()) == 1 for p in services)
