@@ -1,8 +1,9 @@
 """Rules of the documents on the real control plane only: each pass as the job's
 ServiceAccount, with the invariants after every pass, on KWOK's pod timings and the
 wall clock. The scenarios that run the same on ``sim:`` and here are written once, in
-``tests/test_documented_rules_both.py``; these two have sim: counterparts of their own
-shape (``tests/lifecycle/test_converged.py``, ``tests/lifecycle/test_lost_nodes.py``)."""
+the module of their document under ``tests/rules/``; these two have sim: counterparts
+of their own shape (``tests/lifecycle/test_converged.py``,
+``tests/lifecycle/test_lost_nodes.py``)."""
 
 from __future__ import annotations
 
