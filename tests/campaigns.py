@@ -4,7 +4,7 @@
 
 runs, for each seed from ``--from`` (default ``OMEGITOPS_CAMPAIGN_SEED``, else 0),
 ``--examples`` fault campaigns and ``--kill-examples`` killed-job campaigns of
-``tests/test_fault_campaigns.py``: the same generators, the same invariants after
+``tests/app/test_fault_campaigns.py``: the same generators, the same invariants after
 every pass, the same convergence at the end. CI runs a fixed handful of examples;
 this explores new ones. Seeds run in parallel (``--jobs``, default every core).
 
@@ -73,7 +73,7 @@ def _plan_json(plan: dict) -> dict:
 def replay(plan: dict) -> None:
     """Run one recorded fault campaign again (its ``plan`` from the document), printing
     the campaign's log when it fails."""
-    from tests import test_fault_campaigns as campaigns
+    from tests.app import test_fault_campaigns as campaigns
     from tests.chaos import Service
 
     plan = {**plan, "fleet": [Service(**svc) for svc in plan["fleet"]],
@@ -120,7 +120,7 @@ def _campaign_settings(examples: int, seed_value: int):
 
 def run_seed(seed_value: int, examples: int, kill_examples: int) -> dict:
     """Every campaign of one seed; failures recorded, never raised."""
-    from tests import test_fault_campaigns as campaigns
+    from tests.app import test_fault_campaigns as campaigns
     from tests.chaos import Campaign
 
     found: dict = {"seed": seed_value, "campaigns": 0, "failures": []}

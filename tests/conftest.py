@@ -18,6 +18,30 @@ os.environ.setdefault("OMEGITOPS_CACHE_DIR", tempfile.mkdtemp(prefix="omegitops-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
 SHARED_OME = REPO_ROOT.parent / "shared" / "ome"
+CONTROL_PLANE_TESTS = Path(__file__).resolve().parent / "controlplane"
+# The fixtures that start a real control plane (``tests/controlplane/conftest.py``).
+CONTROL_PLANE_FIXTURES = {"control_plane", "node_cluster"}
+
+
+def needs_control_plane(item: pytest.Item) -> bool:
+    """Whether a test runs on a real control plane: every test of ``tests/controlplane/``,
+    any other that uses one of its fixtures (the Lease's, say), and the ``controlplane``
+    parameter of ``backend``."""
+    if Path(item.path).resolve().is_relative_to(CONTROL_PLANE_TESTS):
+        return True
+    if CONTROL_PLANE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("backend") == "controlplane"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark ``controlplane`` every test that needs the real control plane, before ``-m``
+    selects: ``-m 'not controlplane'`` runs the simulated-cluster suite alone."""
+    for item in items:
+        if needs_control_plane(item):
+            item.add_marker(pytest.mark.controlplane)
 
 
 def write_repo(root: Path, files: dict[str, str]) -> Path:

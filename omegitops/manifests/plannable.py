@@ -5,7 +5,7 @@ planner will do with it, once, at load, so that an object either fails here
 with its file, line and field, or plans: a duration a Go duration can hold
 (the manager's type), counts that are not negative and that a cluster could
 run, pods that would have a container image, and labels the API server takes.
-``tests/test_plannable.py`` holds the two to the same answers on generated
+``tests/manifests/test_plannable.py`` holds the two to the same answers on generated
 values.
 """
 

@@ -256,7 +256,7 @@ _MOVES = frozenset(("type", "mode", "step"))
 
 class OperationChanges(TypedDict, total=False):
     """The fields of an ``Operation`` a step may change (``Row.step_to``, ``Row.with_op``):
-    a misspelt or mistyped one is a type error. tests/test_instance_state.py holds them
+    a misspelt or mistyped one is a type error. tests/model/test_instance_state.py holds them
     to ``Operation``'s fields."""
 
     type: OperationType

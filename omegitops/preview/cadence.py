@@ -4,7 +4,7 @@ The shipped pipelines (``pipelines/cronjob.yaml``, ``pipelines/argo/``) run
 ``reconcile --until-idle --max-seconds 900`` every five minutes, one run at a
 time (``concurrencyPolicy: Forbid``): a rollout longer than one run's budget goes on
 in the next run, which starts at the first schedule tick after the last one ended.
-``tests/test_pipelines.py`` holds ``SHIPPED`` to those files. Pure.
+``tests/project/test_pipelines.py`` holds ``SHIPPED`` to those files. Pure.
 """
 
 from __future__ import annotations

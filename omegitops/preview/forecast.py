@@ -264,7 +264,7 @@ def gantt(spans: list[Span], origin: float | None = None) -> str | None:
     by default the first span's start), so that it reads as durations, not dates.
 
     Times are milliseconds (``dateFormat x``): with seconds (``X``) Mermaid 11 and 12
-    draw a bar that starts past zero from zero (tests/test_gantt_rendered.py renders
+    draw a bar that starts past zero from zero (tests/preview/test_gantt_rendered.py renders
     the charts with the real Mermaid and measures each bar)."""
     if not spans:
         return None

@@ -300,11 +300,11 @@ def test_examples_are_among_the_cases(catalogue):
 
 
 def test_validate_and_the_api_server_agree_on_each_refused_field(namespace, tmp_path):
-    """The cases of tests/test_api_rules.py (and the service they change, as it is), one
+    """The cases of tests/render/test_api_rules.py (and the service they change, as it is), one
     by one: the API server refuses the rendered pods exactly when validate refuses the
     component."""
     from tests.conftest import RUNTIME, SERVICE
-    from tests.test_api_rules import CASES, service_with
+    from tests.render.test_api_rules import CASES, service_with
 
     cases = {"as it is": SERVICE, **{case: service_with(engine)
                                      for case, (engine, _) in CASES.items()}}

@@ -1,8 +1,9 @@
 """Rules of the documents on the real control plane only: each pass as the job's
 ServiceAccount, with the invariants after every pass, on KWOK's pod timings and the
 wall clock. The scenarios that run the same on ``sim:`` and here are written once, in
-``tests/test_documented_rules_both.py``; these two have sim: counterparts of their own
-shape (``tests/test_converged.py``, ``tests/test_lost_nodes.py``)."""
+the module of their document under ``tests/rules/``; these two have sim: counterparts
+of their own shape (``tests/lifecycle/test_converged.py``,
+``tests/lifecycle/test_lost_nodes.py``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def converged(control_plane, tmp_path):
 
 
 def test_a_component_at_rest_is_recognised_without_planning_it(converged, monkeypatch):
-    """tests/test_converged.py on the real API server: the fingerprint the job records
+    """tests/lifecycle/test_converged.py on the real API server: the fingerprint the job records
     survives the round trip through the InferenceReplica CRD, so a pass at rest plans
     nothing and writes nothing, and a lost pod is planned at once."""
     from omegitops.app import passes as reconcile
@@ -49,7 +50,7 @@ def test_a_gang_whose_worker_node_stops_reporting_restarts_named_and_out_of_rota
     deleted, and it stays Terminating. The Ready gang has fewer pods than it needs from
     that moment: its restart opens at the deletion, its leader leaves rotation, and
     once the pod is past its grace the restart's waiting names it and its node (as on
-    sim:, tests/test_lost_nodes.py)."""
+    sim:, tests/lifecycle/test_lost_nodes.py)."""
     scenario, _ = converged(replicas=1, workers=1, grace=1,
                             lifecycle={**RECREATE, "instanceReadyTimeout": "30m"})
     worker = f"{NAME}-0-worker-0"

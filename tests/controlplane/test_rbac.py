@@ -13,7 +13,7 @@ account made, as RBAC saw it:
 * each (rule, verb) of the requirements must be used by some request, or be in
   ``NOT_EXERCISED`` with the reason.
 
-(``tests/test_pipelines.py`` holds ``rbac.yaml`` to the requirements.)
+(``tests/project/test_pipelines.py`` holds ``rbac.yaml`` to the requirements.)
 """
 
 from __future__ import annotations

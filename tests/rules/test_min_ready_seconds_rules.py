@@ -1,0 +1,47 @@
+"""min-ready-seconds.txt: each new pod's warm-up window, and what it delays.
+
+The rules of ``min-ready-seconds.txt``, one scenario each: those where the product once differed from
+the document. A test that takes the ``backend`` fixture is written once against a
+driver (``tests/backends.py``) and runs on both backends: on the simulated cluster,
+where ``advance`` jumps the clock, and on the real control plane (marked
+``controlplane``), each pass as the job's ServiceAccount on KWOK's pod timings and the
+wall clock. A test that takes ``tmp_path`` needs the simulated clock or its faults and
+runs on ``sim:`` only. The invariants of ``tests/scenario.py`` hold after every pass.
+
+More of the document, pass by pass on ``sim:``: ``tests/lifecycle/test_updates.py``,
+``tests/lifecycle/test_instances.py``; its precedence, ``tests/render/test_resolve.py``.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.backends import NAME, settled
+
+# -- 13. a pinned service keeps its runtime's lifecycle until the pin moves --------------
+
+def _edit(path, change) -> None:
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_a_pinned_service_takes_the_runtimes_new_min_ready_seconds_only_when_the_pin_moves(
+        backend):
+    """min-ready-seconds.txt: a service that pins its runtime with spec.runtime.autoSync:
+    false gets the change once you move the pin; meanwhile RuntimeDrifted is True."""
+    scenario, _ = backend.converged(replicas=1, grace=2)
+    service = next((scenario.repo / "services").glob("*.yaml"))
+    runtime = next((scenario.repo / "runtimes").glob("*.yaml"))
+    _edit(service, lambda d: d["spec"]["runtime"].update(autoSync=False))
+    scenario.until(settled)
+    _edit(runtime, lambda d: d["spec"]["engineConfig"].update(
+        lifecycle={"minReadySeconds": 90}))
+    scenario.until(settled)
+    assert scenario.replica(NAME)["spec"]["minReadySeconds"] == 0
+    drifted = {c["type"]: c["status"] for c in scenario.status(NAME)["conditions"]}
+    assert drifted.get("RuntimeDrifted") == "True", drifted
+    _edit(service, lambda d: d["spec"]["runtime"].update(autoSync=True))  # the pin moves
+    scenario.until(lambda s: s.replica(NAME)["spec"]["minReadySeconds"] == 90)
+    scenario.until(settled)
+    assert scenario.replica(NAME)["spec"]["minReadySeconds"] == 90

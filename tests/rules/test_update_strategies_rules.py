@@ -1,0 +1,151 @@
+"""update-strategies.txt: how OME replaces an Instance's pods, and how many move at once.
+
+The rules of ``update-strategies.txt``, one scenario each: those where the product once differed from
+the document. A test that takes the ``backend`` fixture is written once against a
+driver (``tests/backends.py``) and runs on both backends: on the simulated cluster,
+where ``advance`` jumps the clock, and on the real control plane (marked
+``controlplane``), each pass as the job's ServiceAccount on KWOK's pod timings and the
+wall clock. A test that takes ``tmp_path`` needs the simulated clock or its faults and
+runs on ``sim:`` only. The invariants of ``tests/scenario.py`` hold after every pass.
+
+More of the document: pass by pass on ``sim:``, ``tests/lifecycle/test_updates.py``,
+``tests/lifecycle/test_gang_size.py``, ``tests/lifecycle/test_update_properties.py``;
+the decision alone, ``tests/lifecycle/test_rollout_decision.py``; its settings,
+``tests/render/test_resolve.py``, ``tests/manifests/test_validate.py`` and
+``tests/model/test_budgets_durations.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from omegitops.render import pods as P
+from tests.backends import NAME, rows, serving_gangs, settled, step
+from tests.fleet import strategy
+
+RECREATE = {"restartPolicy": "RecreateInstanceOnPodRestart"}
+SURGE = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
+
+
+# -- 14. a replacement lost after hand-over with no newer change is a failure ------------
+
+@pytest.mark.parametrize("workers", [None, 1], ids=["single-pod", "gang"])
+def test_a_replacement_lost_after_hand_over_is_a_warning_not_a_superseded_surge(
+        backend, workers):
+    """update-strategies.txt: if the new pod is lost after the hand-over, OME doesn't
+    rebuild it for the withdrawn revision... With nothing withdrawn, the loss of a
+    serving replacement is reported as the failure it is."""
+    scenario, change = backend.converged(replicas=1, workers=workers, lifecycle=SURGE,
+                                         grace=30)
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) in ("DrainOld", "WaitDrained"))
+    row = rows(scenario)[0]
+    if workers:
+        new = f"{NAME}-{row['operation']['replacement']}-leader-0"
+    else:
+        new = f"{NAME}-0-default-{row['operation']['ordinal']}"
+    scenario.fault("evict", new)
+    reason = "GangSurgeAbandoned" if workers else "SurgeAbandoned"
+    scenario.until(lambda s: bool(s.events(reason)))
+    # The source, back in rotation, keeps the loss until its next update replaces it.
+    assert rows(scenario)[0]["lastFailure"]["reason"] in ("Evicted", "PodLost")
+    scenario.until(settled, seconds=180)
+    (event,) = scenario.events(reason)
+    assert event["type"] == "Warning", event
+    assert "superseded" not in event["message"]
+    assert "lost its replacement (Evicted" in event["message"], event["message"]
+
+# -- update-strategies.txt: the hold of a stuck budget --------------------------------------
+
+def test_the_documents_hold_at_max_unavailable_zero(backend):
+    """update-strategies.txt: the hold of an InPlaceIfPossible engine with
+    maxUnavailable 0, a legal (if stuck) budget in a service: the rollout holds with the
+    documented reason, in the InferenceReplica and where ``get irep`` shows it."""
+    life = strategy("InPlaceIfPossible", maxUnavailable=0)
+    scenario, change = backend.converged(replicas=2, grace=2, lifecycle=life)
+    change(image="sglang:v2", lifecycle=life)
+    scenario.until(lambda s: bool(s.status(NAME).get("rolloutHold")))
+    # Held for good: a pass has nothing left to write (on sim:, nothing left to happen).
+    scenario.until(lambda s: not s.results[-1].applied)
+    hold = scenario.status(NAME)["rolloutHold"]
+    assert hold["gate"] == "Budget"
+    assert hold["reason"] == "per-Component unavailability budget 0 exhausted (would become 1)"
+    target = scenario.replica(NAME)["spec"]["revision"]
+    assert hold["target"] == target
+    assert hold["since"]
+    assert {r["revision"] for r in rows(scenario).values()} != {target}
+
+
+# -- 10. a gang replacement that loses its leader after hand-over ------------------------
+
+@pytest.mark.parametrize("withdrawn", [True, False], ids=["withdrawn", "same-revision"])
+@pytest.mark.parametrize("lifecycle", [SURGE, {**SURGE, **RECREATE}], ids=["none", "recreate"])
+def test_a_gang_replacement_that_loses_its_leader_after_hand_over_is_lost_whole(
+        backend, withdrawn, lifecycle):
+    """update-strategies.txt: if the new pod is lost after the hand-over, OME doesn't
+    rebuild it for the withdrawn revision; an old pod that isn't already terminating
+    returns to rotation. A multi-pod Instance follows the same rules with its whole
+    replacement Instance: a replacement whose leader is lost stops serving, so it is
+    lost whole, and the source that still stands serves again at once."""
+    scenario, change = backend.converged(replicas=1, workers=1, lifecycle=lifecycle,
+                                         grace=30)
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) == "DrainOld")
+    replacement = rows(scenario)[0]["operation"]["replacement"]
+    if withdrawn:
+        change(image="sglang:v3")
+    leader = f"{NAME}-{replacement}-leader-0"
+    scenario.fault("evict", leader)
+    # KWOK evicts a moment later; the next pass must see the loss, as on sim:.
+    scenario.wait(lambda s: any(P.has_ended(p) for p in s.pods(leader)),
+                  what=f"{leader} evicted")
+    scenario.run_pass()
+    source = rows(scenario)[0]
+    assert (source["phase"], source.get("operation")) == ("Ready", None), source
+    # Back in rotation at once (KWOK makes the leader Ready a moment after its gate).
+    scenario.wait(lambda s: serving_gangs(s) == 1, what="the source serving")
+    outages: list[int] = []
+    scenario.watches.append(lambda s: serving_gangs(s) or outages.append(s.passes))
+    scenario.until(settled, seconds=180)
+    assert not outages, f"nothing served after passes {outages}"
+    (event,) = scenario.events("GangSurgeAbandoned")
+    assert event["type"] == ("Normal" if withdrawn else "Warning"), event
+    assert event["message"].endswith("the source returns to rotation on revision "
+                                     f"{source['revision']}"), event["message"]
+    (row,) = rows(scenario).values()
+    assert row["revision"] == scenario.replica(NAME)["spec"]["revision"]
+    assert row["phase"] == "Ready"
+
+# -- 12. every step whose precondition holds, in the same pass --------------------------
+
+# Seconds between passes: longer than any pod transition (of the simulator; of KWOK).
+PASS_PERIOD = {"sim": 60, "controlplane": 5}
+
+
+@pytest.mark.parametrize("workers", [None, 1], ids=["single-pod", "gang"])
+def test_a_rollout_at_one_pass_per_period_takes_every_step_that_can_be_taken(
+        backend, workers):
+    """A job that runs one pass per period spends a period only where the cluster has
+    something to do: per Instance, create; route once ready; hand over once available;
+    drain once unrouted; and the pass that sees the old pods gone starts the next
+    (tests/bench/bench_rollout.py). The control plane moves 3 Instances, as it always
+    has: a gang of 4 takes 18 passes (the ideal's 17 and one), the bound exactly, and
+    KWOK's lag on a loaded machine would leave it no pass to spare."""
+    instances = 4 if backend.name == "sim" else 3
+    life = {**SURGE, "minReadySeconds": 0}
+    scenario, change = backend.converged(replicas=instances, workers=workers, grace=1,
+                                         lifecycle=life)
+    change(image="sglang:v2", lifecycle=life)
+    ideal = 4 * instances + 1
+    for passes in range(1, 3 * ideal):
+        scenario.run_pass()
+        target = scenario.replica(NAME)["spec"]["revision"]
+        found = rows(scenario)
+        if len(found) == instances and all(
+                r["phase"] == "Ready" and not r.get("operation") and r["revision"] == target
+                for r in found.values()):
+            break
+        scenario.advance(PASS_PERIOD[backend.name])
+    else:
+        raise AssertionError(f"the rollout did not finish in {passes} passes")
+    assert passes <= int(1.1 * ideal), (passes, ideal)
