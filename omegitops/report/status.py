@@ -40,7 +40,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
-from omegitops.manifests.schemas import validator
+from omegitops.manifests.schemas import is_valid, validator
 from omegitops.model.replica import decode_rows, encode_rows, replica_name
 from omegitops.model.state import Phase, Row
 from omegitops.render.templates import MANAGED
@@ -371,6 +371,11 @@ def content_key(report: dict) -> str:
 
 
 def validate_report(report: dict) -> None:
+    """Refuse a report its schema does not allow. The compiled yes/no answers first
+    (the report of 10,000 services is checked in a fraction of what jsonschema takes);
+    only a report that fails is walked by jsonschema, for the path and message."""
+    if is_valid("StatusReport")(report):
+        return
     errors = sorted(validator("StatusReport").iter_errors(report),
                     key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
