@@ -57,7 +57,7 @@ def field_problem(spec: Json, metadata: Json) -> Problem | None:
     1-65535, an image with surrounding spaces, an env name with '=', node selector labels
     the API server refuses, annotations over 256 KiB; and the rules of ``CONTAINER_RULES``
     and ``POD_RULES`` (port names and protocols, probes, env, mounts, resource names,
-    pull policy, DNS and restart policy, service account, tolerations)."""
+    pull policy, DNS policy, service account, tolerations)."""
     for container in containers(spec):
         found = _container_field(container)
         if found:
@@ -203,7 +203,6 @@ PORT_PROTOCOLS = ("SCTP", "TCP", "UDP")  # supportedPortProtocols
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # supportedPullPolicies
 TERMINATION_MESSAGE_POLICIES = ("File", "FallbackToLogsOnError")  # validateContainerCommon
 DNS_POLICIES = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")  # validateDNSPolicy
-RESTART_POLICIES = ("Always", "OnFailure", "Never")  # validateRestartPolicy
 HTTP_SCHEMES = ("HTTP", "HTTPS")  # supportedHTTPSchemes
 TOLERATION_OPERATORS = ("Equal", "Exists")  # ValidateTolerations (Lt and Gt are behind an
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")  # alpha gate, off)
@@ -245,17 +244,14 @@ def port_name_problem(name: str) -> str | None:
 
 
 def _ports_rule(container: Json, name: str) -> Problem | None:
-    """``validateContainerPorts``: a port's name, its containerPort required, its
-    protocol one of TCP, UDP, SCTP."""
+    """``validateContainerPorts``: a port's name, and its protocol one of TCP, UDP,
+    SCTP (its number is ``_container_field``'s)."""
     for port in _dicts(container.get("ports")):
         port_name = port.get("name")
         if isinstance(port_name, str) and port_name:
             wrong = port_name_problem(port_name)
             if wrong:
                 return (f"port name {port_name!r} in container {name}", wrong, "ports.name")
-        if port.get("containerPort") in (None, 0):
-            return (f"a port with no containerPort in container {name}", "Required value",
-                    "ports.containerPort")
         protocol = port.get("protocol")
         if protocol not in (None, "") and protocol not in PORT_PROTOCOLS:
             return (f"port protocol {protocol!r} in container {name}",
@@ -379,7 +375,7 @@ def _value_from_problem(env: Json, env_name: str, name: str) -> Problem | None:
     if isinstance(field_ref, dict):
         version = field_ref.get("apiVersion")
         if version not in (None, "", "v1"):  # defaulted to v1
-            return (f"{what} with fieldRef.apiVersion {version!r}",
+            return (f"{what} reading apiVersion {version!r}",
                     f"error converting fieldPath: unsupported pod version: {version}",
                     "env.valueFrom.fieldRef.fieldPath")
         path = field_ref.get("fieldPath")
@@ -388,7 +384,7 @@ def _value_from_problem(env: Json, env_name: str, name: str) -> Problem | None:
                     "env.valueFrom.fieldRef.fieldPath")
         wrong = _field_path_problem(str(path))
         if wrong:
-            return (f"{what} with fieldRef.fieldPath {path!r}", wrong,
+            return (f"{what} reading {path!r}", wrong,
                     "env.valueFrom.fieldRef.fieldPath")
     resource_ref = source.get("resourceFieldRef")
     if isinstance(resource_ref, dict):
@@ -398,7 +394,7 @@ def _value_from_problem(env: Json, env_name: str, name: str) -> Problem | None:
                     "env.valueFrom.resourceFieldRef.resource")
         if resource not in ENV_RESOURCE_FIELDS and not str(resource).startswith(
                 ENV_RESOURCE_PREFIXES):
-            return (f"{what} with resourceFieldRef.resource {resource!r}",
+            return (f"{what} reading {resource!r}",
                     _one_of(ENV_RESOURCE_FIELDS), "env.valueFrom.resourceFieldRef.resource")
     return None
 
@@ -488,12 +484,12 @@ def _container_names_rule(container: Json, name: str) -> Problem | None:
 
 
 def _policies_rule(spec: Json) -> Problem | None:
-    """``validateDNSPolicy``, ``validatePodDNSConfig`` (a dnsConfig with a nameserver
-    under ``None``) and ``validateRestartPolicy``."""
-    for key, allowed in (("dnsPolicy", DNS_POLICIES), ("restartPolicy", RESTART_POLICIES)):
-        value = spec.get(key)
-        if value not in (None, "") and value not in allowed:
-            return f"{key} {value!r}", _one_of(allowed), key
+    """``validateDNSPolicy`` and ``validatePodDNSConfig`` (a dnsConfig with a nameserver
+    under ``None``). (A pod's restartPolicy is always rendered Always: a component's
+    restartPolicy is OME's, for its Instances.)"""
+    value = spec.get("dnsPolicy")
+    if value not in (None, "") and value not in DNS_POLICIES:
+        return f"dnsPolicy {value!r}", _one_of(DNS_POLICIES), "dnsPolicy"
     if spec.get("dnsPolicy") == "None":
         config = spec.get("dnsConfig")
         if not isinstance(config, dict) or not config.get("nameservers"):
