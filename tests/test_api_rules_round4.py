@@ -1,6 +1,6 @@
 """Pods the API server refuses, round four: port names and protocols, probes and hooks,
 env names and their valueFrom, subPaths, resource names, pull, termination and DNS
-policies, service accounts, container names and tolerations.
+policies, service accounts and tolerations.
 
 Each case is refused by ``validate`` (file, line, the API server's words and the field to
 fix) and by ``sim:`` at pod create, as the API server refuses it: the control plane holds
@@ -110,9 +110,6 @@ CASES = {
     "terminationMessagePolicy Stdout": (
         {"runner": {"terminationMessagePolicy": "Stdout"}},
         '"File", "FallbackToLogsOnError"', "terminationMessagePolicy"),
-    "container name with an underscore": (
-        {"containers": [{"name": "log_shipper", "image": "busybox"}]},
-        "a DNS-1123 label", "name"),
     # validateDNSPolicy, validatePodDNSConfig
     "bad dnsPolicy": ({"dnsPolicy": "ClusterFirstHostNet"}, '"ClusterFirstWithHostNet"',
                       "dnsPolicy"),
@@ -165,19 +162,15 @@ def test_validate_refuses_what_the_api_server_refuses_naming_the_field(tmp_path,
 
 
 def pod_with(engine: dict) -> dict:
-    """A simulated-cluster pod with what a case sets: the runner's fields on its first
-    container, sidecars beside it, the rest on the pod's spec."""
+    """A simulated-cluster pod with what a case sets: the runner's fields on its
+    container, the rest on the pod's spec."""
     from tests.cluster.sim_helpers import make_pod
 
     pod = make_pod("refused")
     container = pod["spec"]["containers"][0]
     for key, value in (engine.get("runner") or {}).items():
         container[key] = {**container.get(key, {}), **value} if key == "resources" else value
-    for key, value in engine.items():
-        if key == "containers":
-            pod["spec"]["containers"] += value
-        elif key != "runner":
-            pod["spec"][key] = value
+    pod["spec"].update({k: v for k, v in engine.items() if k != "runner"})
     return pod
 
 

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from omegitops.model.kubenames import (
-    DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
     LABEL_KEY,
     LABEL_VALUE,
@@ -468,13 +467,10 @@ def _resource_names_rule(container: Json, name: str) -> Problem | None:
     return None
 
 
-def _container_names_rule(container: Json, name: str) -> Problem | None:
-    """``validateContainerCommon``: a name that is a DNS-1123 label, a pull policy and
-    a termination message policy the API server knows."""
-    given = container.get("name")
-    if isinstance(given, str) and given and not DNS1123_LABEL.allows(given):
-        return (f"container name {given!r}",
-                _rule_words(DNS1123_LABEL), "name")
+def _policies_of_container_rule(container: Json, name: str) -> Problem | None:
+    """``validateContainerCommon``: a pull policy (``validatePullPolicy``) and a
+    termination message policy the API server knows. (A container's name is
+    ``render.names``' to check, with the names omegitops derives.)"""
     for key, allowed in (("imagePullPolicy", PULL_POLICIES),
                          ("terminationMessagePolicy", TERMINATION_MESSAGE_POLICIES)):
         value = container.get(key)
@@ -554,6 +550,6 @@ def _dicts(items: Any) -> list[Json]:
 
 
 CONTAINER_RULES: tuple[ContainerRule, ...] = (
-    _container_names_rule, _ports_rule, _env_rule, _mounts_rule, _resource_names_rule,
+    _policies_of_container_rule, _ports_rule, _env_rule, _mounts_rule, _resource_names_rule,
     _probes_rule)
 POD_RULES: tuple[PodRule, ...] = (_policies_rule, _service_account_rule, _tolerations_rule)
