@@ -188,10 +188,12 @@ def _pod_field_errors(service: Manifest, runtime: Manifest | None,
         found = podrules.field_problem(template["spec"], template["metadata"])
         if found:
             what, rule, field = found
+            # The field and where to fix it first: a message is shown up to 300
+            # characters, and the API server's rule can be long.
             return [service.error(("spec", component), (
                 f"component {component}'s {_pods(runner)} would have {what}, and the API "
-                f"server refuses them: {rule}; fix {field} "
-                f"{_volumes_where(component, runner, runtime)}"))]
+                f"server refuses them; fix {field} "
+                f"{_volumes_where(component, runner, runtime)}: {rule}"))]
     return []
 
 

@@ -96,7 +96,8 @@ def test_events_expire_an_hour_after_their_last_write(cluster):
 
 def test_advancing_to_next_transition_always_changes_something(cluster):
     assert cluster.next_transition_at() is None
-    cluster.create_pod(make_pod("a", container={"readinessProbe": {"periodSeconds": 7}}))
+    cluster.create_pod(make_pod("a", container={"readinessProbe": {
+        "tcpSocket": {"port": 8000}, "periodSeconds": 7}}))
     seen = []
     while (when := cluster.next_transition_at()) is not None:
         before = get(cluster, "a")

@@ -29,12 +29,17 @@ def test_pods_started_together_share_one_pull(cluster):
     assert "running" in container(cluster, "b")["state"]
 
 
+# A probe's handler: the API server refuses a probe without one.
+TCP = {"tcpSocket": {"port": 8000}}
+
+
 @pytest.mark.parametrize(("probes", "annotations", "ready_after"), [
     ({}, {}, 5),
-    ({"readinessProbe": {"initialDelaySeconds": 30, "periodSeconds": 10}}, {}, 40),
-    ({"startupProbe": {"initialDelaySeconds": 60, "periodSeconds": 6},
-      "readinessProbe": {"periodSeconds": 30}}, {}, 66),
-    ({"startupProbe": {"initialDelaySeconds": 60}}, {"sim.omegitops.io/startup-seconds": "3"}, 3),
+    ({"readinessProbe": {**TCP, "initialDelaySeconds": 30, "periodSeconds": 10}}, {}, 40),
+    ({"startupProbe": {**TCP, "initialDelaySeconds": 60, "periodSeconds": 6},
+      "readinessProbe": {**TCP, "periodSeconds": 30}}, {}, 66),
+    ({"startupProbe": {**TCP, "initialDelaySeconds": 60}},
+     {"sim.omegitops.io/startup-seconds": "3"}, 3),
 ])
 def test_a_container_is_ready_after_its_probe_delay(cluster, probes, annotations, ready_after):
     cluster.create_pod(make_pod("a", annotations=annotations, container=probes))

@@ -1,7 +1,7 @@
 """Rendering held to the real API server: its merge metadata, its strategic merge patch,
 its validation of every pod omegitops renders from OME's catalogue and the examples.
 
-- The merge table (``omegitops/lifecycle/podspec-patch.json``) is what the API server
+- The merge table (``omegitops/render/podspec-patch.json``) is what the API server
   publishes at ``/openapi/v2``. ``OMEGITOPS_REGENERATE=1`` writes it from there.
 - omegitops' merge of a service's component over its runtime's config gives what the
   API server's own strategic merge patch gives (OME merges with that patch): a
@@ -42,7 +42,7 @@ from omegitops.render.templates import (
 SHARED_OME = REPO_ROOT.parent / "shared" / "ome"
 EXAMPLES = REPO_ROOT / "examples"
 NAMESPACE = "rendering"
-TABLE = REPO_ROOT / "omegitops" / "lifecycle" / TABLE_FILE
+TABLE = REPO_ROOT / "omegitops" / "render" / TABLE_FILE
 
 
 def test_the_merge_table_is_what_the_api_server_publishes(control_plane):
