@@ -22,8 +22,8 @@ from omegitops.render.operator import parse_operator_values
 from omegitops.render.resolve import resolve_component
 from omegitops.render.templates import ome_pod_metadata, render_templates, revision_name
 from tests.conftest import RUNTIME
-from tests.test_api_rules import service_with
-from tests.test_api_rules_round4 import CASES
+from tests.render.test_api_rules import service_with
+from tests.render.test_api_rules_round4 import CASES
 
 NAMESPACE = "rendering-round4"
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import RUNTIME, SERVICE, write_repo
-from tests.test_api_rules import service_with
+from tests.render.test_api_rules import service_with
 
 CACHE = [{"name": "cache", "emptyDir": {}}]
 
