@@ -296,6 +296,18 @@ def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
     if mine:
         work.wake(min(P.deletion_deadline(p) or work.now for p in mine))
         return row
+    if not work.instance(row).live:
+        # The old pod went meanwhile (its node stopped reporting and the taint manager
+        # deleted it, say): nothing is left to serve, and Ready with no pod would be
+        # repaired by nothing (update-strategies.txt: "With the old pod gone too,
+        # nothing is left to serve. The Instance re-enters Failed with no operation, and
+        # OME rebuilds it at the newest revision from scratch").
+        text = (f"abandoned surge to {_target(row.op)}: no source pod stands, so the "
+                f"Instance re-enters as a fresh start at revision {work.desired.revision}")
+        work.event("Normal", SURGE_ABANDONED, row.index, text)
+        seen = [p["name"] for p in row.pods if p.get("ordinal") == row.own_ordinal]
+        return row.but(operation=None, phase=Phase.FAILED, rebuild=True,
+                       last_failure=lost_record(work, seen[0] if seen else None, text))
     return row.but(operation=None, phase=Phase.READY)
 
 
