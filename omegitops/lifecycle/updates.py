@@ -79,6 +79,9 @@ def _without_images(template: Json) -> Json:
 
 def update_mode(work: Work, row: Row, strategy: str, surge_allowed: bool) -> Mode | None:
     """How ``row`` moves under ``strategy``; None when InPlaceOnly must refuse."""
+    if pod_less_failure(work, row):
+        # Nothing runs to surge beside, patch or refuse: the revision rebuilds it.
+        return Mode.DRAIN
     if strategy == Strategy.SURGE_THEN_DRAIN:
         return Mode.SURGE if surge_allowed else Mode.DRAIN
     if strategy == Strategy.RECREATE_POD or work.desired.gang:
@@ -92,10 +95,20 @@ def update_mode(work: Work, row: Row, strategy: str, surge_allowed: bool) -> Mod
     return None if strategy == Strategy.IN_PLACE_ONLY else Mode.DRAIN
 
 
+def pod_less_failure(work: Work, row: Row) -> bool:
+    """A Failed Instance with no live pod: a new revision that reaches it rebuilds it
+    ("OME keeps a Failed Instance ... until you reset it or a new revision reaches
+    it"), under any strategy, rather than update pods that do not exist."""
+    return row.phase == Phase.FAILED and not work.instance(row).live
+
+
 def open_update(work: Work, row: Row, strategy: str, mode: Mode) -> Row:
     target = work.desired.revision
     operation = work.operation(OperationType.UPDATE, FIRST_STEP[mode], strategy,
                                target=target, mode=mode)
+    if pod_less_failure(work, row):
+        # A rebuild, as a failed update's retry is: the incarnation stays (instances.txt).
+        operation = replace(operation, retry=True)
     if mode == Mode.SURGE and not work.desired.gang:
         operation = replace(operation, ordinal=1 - row.own_ordinal)
     work.event("Normal", "InstanceUpdating", row.index,
