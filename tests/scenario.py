@@ -259,9 +259,9 @@ def _check_ready_rows(rows: list[dict], by_instance: dict[tuple, list[dict]],
         else:
             live = [p for p in live if P.ordinal_of(p) == (row.get("ordinal") or 0)]
             need = 1
+        shown = f"{component[1]}-{component[2]}"
         assert len(live) >= need, (
-            f"Instance {row['index']} of {component[1]}-{component[2]} is Ready with "
-            f"{len(live)}/{need} pods", row)
+            f"Instance {row['index']} of {shown} is Ready with {len(live)}/{need} pods", row)
 
 
 def _stored_sizes(cluster) -> dict[tuple[str, str], int]:
