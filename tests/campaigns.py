@@ -47,6 +47,7 @@ INVARIANTS = [
     (r"over the ceiling", "surge-budget"),
     (r"out of service, budget", "unavailability-budget"),
     (r"after a failed read", "no-write-after-failed-read"),
+    (r"is Ready with \d+/\d+ pods", "no-ready-instance-short-of-pods"),
     (r"still busy after", "converges"),
     (r"after convergence still writes", "idle-pass-writes-nothing"),
 ]

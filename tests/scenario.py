@@ -239,6 +239,29 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True) -> N
         for key in by_instance:
             if key[:3] == (namespace, spec["inferenceService"], spec["component"]):
                 assert key[3] in indices, f"pods of Instance {key} have no row"
+        component = (namespace, spec["inferenceService"], spec["component"])
+        if component in shapes:
+            _check_ready_rows(rows, by_instance, component, shapes[component], sizes)
+
+
+def _check_ready_rows(rows: list[dict], by_instance: dict[tuple, list[dict]],
+                      component: tuple, lifecycle, sizes: dict) -> None:
+    """No Ready row stands with fewer pods than it needs (restart-policy.txt: such an
+    Instance is restarted), so none is left Ready with nothing to serve."""
+    for row in rows:
+        if row["phase"] != "Ready" or row.get("operation"):
+            continue
+        members = by_instance.get((*component, row["index"]), [])
+        live = [p for p in members if not P.is_terminating(p) and not P.has_ended(p)]
+        if lifecycle.shape == "gang":
+            workers = sizes.get((component[0], row["revision"]))
+            need = 1 + (lifecycle.worker_size if workers is None else workers)
+        else:
+            live = [p for p in live if P.ordinal_of(p) == (row.get("ordinal") or 0)]
+            need = 1
+        shown = f"{component[1]}-{component[2]}"
+        assert len(live) >= need, (
+            f"Instance {row['index']} of {shown} is Ready with {len(live)}/{need} pods", row)
 
 
 def _stored_sizes(cluster) -> dict[tuple[str, str], int]:

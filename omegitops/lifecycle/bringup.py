@@ -89,7 +89,8 @@ def fail_operation(work: Work, row: Row, failure: Json) -> Row:
     out_of_rotation(work, row)
     work.event("Warning", f"{what.capitalize()}Failed", row.index,
                f"{what} at {target} failed: {failure['reason']}: {failure['message']}")
-    return record_failure(work, row.but(phase=Phase.FAILED), target, failure)
+    return record_failure(work, row.but(phase=Phase.FAILED), target, failure,
+                          work.own_pods(row))
 
 
 def out_of_rotation(work: Work, row: Row) -> None:
@@ -165,7 +166,14 @@ def finish_when_available(work: Work, row: Row, verb: str) -> Row | None:
         return None
     work.event("Normal", "InstanceReady", row.index,
                f"{verb} on revision {row.revision} (incarnation={row.incarnation})")
-    return row.but(phase=Phase.READY, operation=None)
+    return reached(row.but(phase=Phase.READY, operation=None))
+
+
+def reached(row: Row) -> Row:
+    """The Ready row, its steering ended when it was for the revision it now runs."""
+    if row.avoid_for in (None, row.revision):
+        return row.but(avoid_nodes=None, avoid_for=None)
+    return row
 
 
 def recycle_ended(work: Work, row: Row) -> Row | None:

@@ -160,8 +160,10 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
         stores = [a for a in revisions if isinstance(a, ApplyObject)]
         work.actions[:0] = stores
         work.actions.extend(a for a in revisions if a not in stores)
+    # A Failed Instance marked for a fresh start is rebuilt by the next pass.
     busy = bool(work.actions) or rollout.pending or any(
-        row.operation is not None and row.phase != Phase.FAILED for row in work.rows.values())
+        (row.operation is not None and row.phase != Phase.FAILED) or row.rebuild
+        for row in work.rows.values())
     busy = busy or sum(counts_toward_desired(work, r) for r in work.rows.values()) != (
         desired.lifecycle.replicas)
     wake = datetime.fromtimestamp(min(work.wakes), UTC) if work.wakes else None

@@ -83,7 +83,6 @@ def _wedged(work: Work, pod: Json) -> Trigger | None:
 def find_trigger(work: Work, row: Row) -> Trigger | None:
     """Why the Ready Instance ``row`` needs a repair now, if it does."""
     policy = work.settings.restart_policy
-    pods = work.pods_of(row.index)
     own = work.own_pods(row)
     for pod in own:
         wedge = _wedged(work, pod)
@@ -94,6 +93,24 @@ def find_trigger(work: Work, row: Row) -> Trigger | None:
             failure = ended_failure(work, pod)
             text = f"pod {pod['metadata']['name']} is in phase Failed: {failure['reason']}"
             return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
+    short = short_of_pods(work, row)
+    if short is not None:
+        return short
+    if policy == RECREATE_INSTANCE:
+        live = [p for p in own if not P.is_terminating(p) and not P.has_ended(p)]
+        for pod in live:
+            restarted = _restarted(work, row, pod)
+            if restarted is not None:
+                return restarted
+    return None
+
+
+def short_of_pods(work: Work, row: Row) -> Trigger | None:
+    """The Ready Instance ``row`` has fewer pods than it needs (restart-policy.txt): one
+    was deleted or evicted, or is gone."""
+    policy = work.settings.restart_policy
+    pods = work.pods_of(row.index)
+    own = work.own_pods(row)
     live = [p for p in own if not P.is_terminating(p) and not P.has_ended(p)]
     need = work.needed_for(row)
     leaving = [p for p in own if P.is_terminating(p)]
@@ -115,11 +132,6 @@ def find_trigger(work: Work, row: Row) -> Trigger | None:
                 + (f" (pod {gone[0]} is gone)" if gone else ""))
         failure = lost_record(work, gone[0] if gone else None, text)
         return Trigger(text, failure, whole=policy == RECREATE_INSTANCE)
-    if policy == RECREATE_INSTANCE:
-        for pod in live:
-            restarted = _restarted(work, row, pod)
-            if restarted is not None:
-                return restarted
     return None
 
 
@@ -139,9 +151,16 @@ def plan_repairs(work: Work) -> None:
     held: list[tuple[Row, int | None, int]] = []
     for index in sorted(work.rows):
         row = work.rows[index]
-        if row.operation is not None or row.phase != Phase.READY or index in work.moved:
+        if row.operation is not None or row.phase != Phase.READY:
             continue
-        trigger = find_trigger(work, row)
+        if index in work.moved:
+            # Its operation ended this pass. Whatever else the next pass repairs, an
+            # Instance Ready with fewer pods than it needs is repaired now: a pass that
+            # finds nothing else to do marks the component converged, and nothing would
+            # look at it again while its pods stay as they are.
+            trigger = short_of_pods(work, row)
+        else:
+            trigger = find_trigger(work, row)
         if trigger is None:
             continue
         if trigger.crash_loop:

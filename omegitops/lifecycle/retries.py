@@ -12,7 +12,7 @@ its next attempt, so a crashing gang is not recreated in a tight loop.
 from __future__ import annotations
 
 from omegitops.lifecycle.failures import revision_caused
-from omegitops.lifecycle.work import Work
+from omegitops.lifecycle.work import Work, steering
 from omegitops.model.state import Json, Row
 from omegitops.render import pods as P
 from omegitops.util.times import format_time, parse_time
@@ -20,15 +20,18 @@ from omegitops.util.times import format_time, parse_time
 PAUSE_FIRST, PAUSE_MAX = 30.0, 300.0
 
 
-def record_failure(work: Work, row: Row, target: str, failure: Json) -> Row:
+def record_failure(work: Work, row: Row, target: str, failure: Json,
+                   attempt: list[Json]) -> Row:
     """The row with ``failure`` recorded: against the revision when the revision caused
-    it (``work.retries``), else as the Instance's own pause before its next attempt."""
+    it (``work.retries``), else as the Instance's own pause before its next attempt,
+    steered off the node the failed attempt's pods (``attempt``) ran on."""
     row = row.but(last_failure=failure)
     if revision_caused(failure):
         _count_against_revision(work, row, failure, target)
         return row
     attempts = int(row.attempts or 0) + 1
-    return row.but(attempts=attempts, avoid_nodes=_steer(work, row),
+    avoid = _steer(work, row, target, attempt)
+    return row.but(attempts=attempts, avoid_nodes=avoid, avoid_for=target if avoid else None,
                    retry_at=format_time(work.now + min(PAUSE_MAX,
                                                        PAUSE_FIRST * 2 ** (attempts - 1))))
 
@@ -72,17 +75,27 @@ def held(work: Work, target: str) -> bool:
     return bool((work.retries.get(target) or {}).get("held"))
 
 
-def _steer(work: Work, row: Row) -> tuple[str, ...] | None:
-    """The nodes the next attempt avoids: when every pod of the failed attempt ran on
-    one node, that one too (autoMigrate.maxAttempts moves per Instance;
-    migrationPolicy.mode Never turns it off)."""
+def _steer(work: Work, row: Row, target: str,
+           attempt: list[Json]) -> tuple[str, ...] | None:
+    """The nodes the next attempt at ``target`` avoids (instances.txt: "When a failure
+    didn't come from the revision, and the attempt's pods all ran on one node, OME steers
+    the next attempt off that node"; autoMigrate.maxAttempts moves per Instance,
+    migrationPolicy.mode Never turns it off).
+
+    Only the failed attempt's own pods say where it ran, never another pod of the
+    Instance (the old pod of a surge, a pod created in the same pass). The exclusions
+    keep no more nodes than the moves allow: a new one drops the oldest. And steering
+    never leaves the Instance nowhere to run: when an attempt kept off those nodes could
+    not be placed at all, the oldest exclusion goes, so a pod that fits on few nodes
+    gets them back one by one."""
     limit = work.settings.auto_migrate_max_attempts
     if not limit or work.settings.migration_mode == "Never":
-        return row.avoid_nodes
-    nodes = {node for node in map(P.node_of, work.pods_of(row.index)) if node is not None}
-    avoid = row.avoid_nodes or ()
-    if len(nodes) == 1 and len(avoid) < limit:
-        node = nodes.pop()
-        if node not in avoid:
-            avoid += (node,)
-    return avoid
+        return None
+    avoid = steering(row, target)
+    placed = {node for node in map(P.node_of, attempt) if node is not None}
+    if attempt and not placed:
+        return avoid[1:] or None
+    if len(placed) != 1:
+        return avoid or None
+    node = placed.pop()
+    return (*[n for n in avoid if n != node], node)[-limit:]

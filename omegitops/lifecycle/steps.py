@@ -165,7 +165,7 @@ def _refused_past_deadline(work: Work, row: Row) -> tuple[Row, bool]:
                "exitCode": None, "message": refused.get("message"),
                "time": format_time(work.now)}
     if operation.mode == Mode.SURGE and not work.desired.gang:
-        return surge_failed(work, row, failure, []), True
+        return surge_failed(work, row, failure, [], []), True
     return fail_operation(work, row, failure), True
 
 

@@ -23,6 +23,7 @@ from omegitops.lifecycle.bringup import (
     finish_when_available,
     new_row,
     out_of_rotation,
+    reached,
     recreate,
 )
 from omegitops.lifecycle.failures import (
@@ -37,7 +38,7 @@ from omegitops.lifecycle.missing import REVISION_MISSING
 from omegitops.lifecycle.operations import open_delete, step_create
 from omegitops.lifecycle.repairs import find_trigger
 from omegitops.lifecycle.retries import record_failure
-from omegitops.lifecycle.work import Work
+from omegitops.lifecycle.work import Work, steering
 from omegitops.model.actions import PatchImages
 from omegitops.model.state import (
     Json,
@@ -79,6 +80,9 @@ def _without_images(template: Json) -> Json:
 
 def update_mode(work: Work, row: Row, strategy: str, surge_allowed: bool) -> Mode | None:
     """How ``row`` moves under ``strategy``; None when InPlaceOnly must refuse."""
+    if pod_less_failure(work, row):
+        # Nothing runs to surge beside, patch or refuse: the revision rebuilds it.
+        return Mode.DRAIN
     if strategy == Strategy.SURGE_THEN_DRAIN:
         return Mode.SURGE if surge_allowed else Mode.DRAIN
     if strategy == Strategy.RECREATE_POD or work.desired.gang:
@@ -92,10 +96,22 @@ def update_mode(work: Work, row: Row, strategy: str, surge_allowed: bool) -> Mod
     return None if strategy == Strategy.IN_PLACE_ONLY else Mode.DRAIN
 
 
+def pod_less_failure(work: Work, row: Row) -> bool:
+    """A Failed Instance with no live pod: a new revision that reaches it rebuilds it
+    ("OME keeps a Failed Instance ... until you reset it or a new revision reaches
+    it"), under any strategy, rather than update pods that do not exist."""
+    return row.phase == Phase.FAILED and not work.instance(row).live
+
+
 def open_update(work: Work, row: Row, strategy: str, mode: Mode) -> Row:
     target = work.desired.revision
     operation = work.operation(OperationType.UPDATE, FIRST_STEP[mode], strategy,
                                target=target, mode=mode)
+    if pod_less_failure(work, row):
+        # A rebuild, as a failed update's retry is: the incarnation stays (instances.txt).
+        operation = replace(operation, retry=True)
+    if row.avoid_for not in (None, target):
+        row = row.but(avoid_nodes=None, avoid_for=None)  # steering for a revision replaced
     if mode == Mode.SURGE and not work.desired.gang:
         operation = replace(operation, ordinal=1 - row.own_ordinal)
     work.event("Normal", "InstanceUpdating", row.index,
@@ -118,8 +134,8 @@ def step_update(work: Work, row: Row) -> tuple[Row, Outcome]:
 def _finish(work: Work, row: Row, revision: str) -> Row:
     work.event("Normal", "InstanceUpdated", row.index,
                f"updated to {revision} (incarnation={row.incarnation})")
-    return row.but(revision=revision, phase=Phase.READY, operation=None, attempts=None,
-                   retry_at=None)
+    return reached(row.but(revision=revision, phase=Phase.READY, operation=None,
+                           attempts=None, retry_at=None))
 
 
 def _target(operation: Operation) -> str:
@@ -177,7 +193,7 @@ def _surge_single(work: Work, row: Row) -> Row:
         checked, failure = check_pods(work, operation, mine)
         row = row.but(operation=checked)
         if failure is not None:
-            return surge_failed(work, row, failure, new_live)
+            return surge_failed(work, row, failure, new_live, mine)
     return SINGLE_SURGE_STEPS[operation.step](work, row, pods)
 
 
@@ -191,7 +207,8 @@ def _single_surge_create(work: Work, row: Row, pods: _SurgePods) -> Row:
         # A pod whose node stopped reporting holds the name past its grace: named,
         # and the attempt fails at its deadline (the old pod keeps serving).
         row, failure = wait_gone(work, row, pods.stale)
-        return row if failure is None else surge_failed(work, row, failure, pods.new_live)
+        return row if failure is None else surge_failed(work, row, failure, pods.new_live,
+                                                        pods.mine)
     if work.create_pods(row, pods.target, row.incarnation, operation.ordinal or 0, pods.mine,
                         operation):
         return row
@@ -296,6 +313,18 @@ def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
     if mine:
         work.wake(min(P.deletion_deadline(p) or work.now for p in mine))
         return row
+    if not work.instance(row).live:
+        # The old pod went meanwhile (its node stopped reporting and the taint manager
+        # deleted it, say): nothing is left to serve, and Ready with no pod would be
+        # repaired by nothing (update-strategies.txt: "With the old pod gone too,
+        # nothing is left to serve. The Instance re-enters Failed with no operation, and
+        # OME rebuilds it at the newest revision from scratch").
+        text = (f"abandoned surge to {_target(row.op)}: no source pod stands, so the "
+                f"Instance re-enters as a fresh start at revision {work.desired.revision}")
+        work.event("Normal", SURGE_ABANDONED, row.index, text)
+        seen = [p["name"] for p in row.pods if p.get("ordinal") == row.own_ordinal]
+        return row.but(operation=None, phase=Phase.FAILED, rebuild=True,
+                       last_failure=lost_record(work, seen[0] if seen else None, text))
     return row.but(operation=None, phase=Phase.READY)
 
 
@@ -330,7 +359,7 @@ def _replacement_lost(work: Work, row: Row, source: list[Json], reason: str,
     if failure is not None:
         prefix += f" ({failure['reason']}: {failure['message']})"
         if revision_caused(failure):
-            row = record_failure(work, row, target, failure)
+            row = record_failure(work, row, target, failure, lost)
         else:
             row = row.but(last_failure=failure)
     if standing:
@@ -355,8 +384,10 @@ def _loss(work: Work, lost: list[Json]) -> Json:
                        "the replacement's pods are gone or terminating")
 
 
-def surge_failed(work: Work, row: Row, failure: Json, new_live: list[Json]) -> Row:
-    """The old pod keeps serving; a live new pod stays as an extra until the next start."""
+def surge_failed(work: Work, row: Row, failure: Json, new_live: list[Json],
+                 attempt: list[Json]) -> Row:
+    """The old pod keeps serving; a live new pod stays as an extra until the next start.
+    ``attempt``: the pods this attempt made, which say where it ran."""
     target = _target(row.op)
     work.route(new_live, False)
     for pod in work.pods_of(row.index):
@@ -366,10 +397,11 @@ def surge_failed(work: Work, row: Row, failure: Json, new_live: list[Json]) -> R
     serves = instance.serving_pod_count() >= instance.needed
     work.event("Warning", "UpdateFailed", row.index,
                f"update to {target} failed: {failure['reason']}: {failure['message']}; "
-               "the old pod keeps serving")
+               + ("the old pod keeps serving" if serves else
+                  "no old pod serves, so the Instance is Failed"))
     return record_failure(work, row.but(operation=None,
                                         phase=Phase.READY if serves else Phase.FAILED),
-                          target, failure)
+                          target, failure, attempt)
 
 
 # -- SurgeThenDrain, a gang --------------------------------------------------------
@@ -420,7 +452,9 @@ def _gang_surge_create(work: Work, row: Row, target: str) -> Row:
     index = _lowest_free_index(work)
     replacement = new_row(index, 1, target, Phase.CREATING,
                           work.operation(OperationType.CREATE, Step.CREATE_PODS))
-    work.put(replacement.but(surge_of=row.index))
+    # The source's earlier attempts steer the replacement they build.
+    work.put(replacement.but(surge_of=row.index, avoid_nodes=steering(row, target) or None,
+                             avoid_for=target if steering(row, target) else None))
     work.put(step_create(work, work.rows[index]))
     return row.step_to(Step.SURGE_WAIT_READY, replacement=index)
 
@@ -430,7 +464,8 @@ def _replacement_failed(work: Work, row: Row, replacement: Row, target: str) -> 
     message = (f"abandoned surge to {target}: replacement Instance {replacement.index} "
                f"failed: {failure.get('reason', 'Failed')}; the old Instance keeps serving")
     row = _abandon_gang(work, row, replacement, "Warning", message)
-    return record_failure(work, row, target, failure or {"reason": "Failed", "message": ""})
+    return record_failure(work, row, target, failure or {"reason": "Failed", "message": ""},
+                          work.pods_of(replacement.index))
 
 
 def _gang_wait_ready(work: Work, row: Row, replacement: Row,
@@ -552,7 +587,8 @@ def _in_place(work: Work, row: Row) -> Row:
             out_of_rotation(work, row)
             work.event("Warning", "UpdateFailed", row.index,
                        f"in-place update to {row.revision} failed: {failure['reason']}")
-            return record_failure(work, row.but(phase=Phase.FAILED), row.revision, failure)
+            return record_failure(work, row.but(phase=Phase.FAILED), row.revision, failure,
+                                  work.instance(row).pods)
     return IN_PLACE_STEPS[step](work, row, target)
 
 

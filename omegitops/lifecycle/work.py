@@ -196,7 +196,7 @@ class Work:
                               len(wanted))
         if group is not None:
             self.actions.append(group)
-        avoid = row.avoid_nodes or ()
+        avoid = steering(row, revision)
         for pod in missing:
             if avoid:
                 _steer_off(pod, avoid)
@@ -207,6 +207,14 @@ class Work:
                 pod["metadata"]["annotations"][OPERATION_ANNOTATION] = operation.started_at
             self.actions.append(CreatePod(pod))
         return missing
+
+
+def steering(row: Row, revision: str) -> tuple[str, ...]:
+    """The nodes an attempt to build ``revision`` keeps off: the steering ends with the
+    revision it was for."""
+    if row.avoid_for not in (None, revision):
+        return ()
+    return row.avoid_nodes or ()
 
 
 def _steer_off(pod: Json, nodes: tuple[str, ...]) -> None:

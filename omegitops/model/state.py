@@ -186,8 +186,10 @@ class Row:
     # Failed attempts that were not the revision's fault, and when the next may start.
     attempts: int | None = None
     retry_at: str | None = None
-    # Nodes later attempts keep off (autoMigrate).
+    # Nodes later attempts keep off (autoMigrate), oldest first, and the revision those
+    # attempts build: the steering ends with it.
     avoid_nodes: tuple[str, ...] | None = None
+    avoid_for: str | None = None
 
     @property
     def own_ordinal(self) -> int:
@@ -297,6 +299,7 @@ class RowChanges(TypedDict, total=False):
     attempts: int | None
     retry_at: str | None
     avoid_nodes: tuple[str, ...] | None
+    avoid_for: str | None
 
 
 # Each field's name in the stored status.
@@ -313,6 +316,7 @@ _ROW_KEYS = {
     "operation": "operation", "last_failure": "lastFailure", "pods": "pods",
     "ordinal": "ordinal", "surge_of": "surgeOf", "rebuild": "rebuild", "refused": "refused",
     "attempts": "attempts", "retry_at": "retryAt", "avoid_nodes": "avoidNodes",
+    "avoid_for": "avoidFor",
 }
 
 

@@ -355,7 +355,7 @@ def test_crashing_instances_back_off_between_attempts():
     crash = {"reason": "CrashLoopBackOff", "message": "", "pod": "p"}
     pauses = []
     for _ in range(6):
-        row = record_failure(work, row, "rev", crash)
+        row = record_failure(work, row, "rev", crash, [])
         pauses.append(row.retry_at)
     # 30 s, 60 s, 120 s, 240 s, then capped at 300 s: never a tight loop.
     assert pauses == ["1970-01-01T00:17:10Z", "1970-01-01T00:17:40Z", "1970-01-01T00:18:40Z",

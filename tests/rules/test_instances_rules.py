@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 
+from omegitops.render import pods as P
 from tests.backends import NAME, messages, rows, settled, step
 from tests.fleet import strategy
 from tests.scenario import converged
@@ -241,3 +242,118 @@ def test_a_gate_lifted_after_a_pass_saw_it_still_fails_a_pod_that_never_comes_up
             break
     assert failed_at is not None
     assert 300 <= (failed_at - lifted).total_seconds() <= 300 + PERIOD / 5
+
+
+# -- steering retries off a node never leaves an Instance nowhere to run -------------------
+
+def _hang_the_attempt(scenario, target: str) -> str:
+    """Hang the pod the Instance's current attempt made, once placed: its node."""
+    from omegitops.cluster.sim import SimCluster
+
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Updating" and step(s) == "WaitReady"
+                   and any(
+        P.node_of(p) and P.revision_of(p) == target and not P.is_terminating(p)
+        for p in s.pods()))
+    (pod,) = [p for p in scenario.pods() if P.revision_of(p) == target
+              and not P.is_terminating(p)]
+    with SimCluster(scenario.path) as cluster:
+        cluster.inject_fault("hang", pod=pod["metadata"]["name"])
+    return P.node_of(pod)
+
+
+@pytest.mark.parametrize("then", ["same-revision", "new-revision"])
+def test_steering_drops_the_oldest_node_when_the_pod_fits_nowhere_else(tmp_path, then):
+    """instances.txt: "When a failure didn't come from the revision, and the attempt's
+    pods all ran on one node, OME steers the next attempt off that node", within
+    autoMigrate.maxAttempts moves. A pod that fits on two nodes only failed on one, then
+    on the other: its next attempt kept off both and fitted nowhere, for good, even
+    after a new revision. An attempt that cannot be placed at all now gives the oldest
+    exclusion back, and the steering ends with the revision it was for."""
+    from tests.fleet import write_service
+    from tests.scenario import Scenario
+
+    values = {"lifecycle": {"instanceReadyTimeout": "3m", "unschedulableGracePeriod": "2m"},
+              "autoMigrate": {"maxAttempts": 3}}
+    repo = tmp_path / "repo"
+    base = {"replicas": 1, "grace": 5, "lifecycle": strategy("RecreatePod"), "values": values}
+    write_service(repo, **base)
+    scenario = Scenario(tmp_path, repo, nodes=2, gpus=1)  # the pod fits on two nodes
+    scenario.until_idle()
+    write_service(repo, **base, image="sglang:v2")
+    scenario.run_pass()
+    target = scenario.replica(NAME)["spec"]["revision"]
+    first = _hang_the_attempt(scenario, target)
+    scenario.until(lambda s: rows(s)[0].get("avoidNodes") == [first])
+    second = _hang_the_attempt(scenario, target)
+    assert second != first
+    scenario.until(lambda s: rows(s)[0].get("avoidNodes") == [first, second])
+    if then == "new-revision":
+        # The steering was for the revision a newer one replaces: it ends.
+        write_service(repo, **base, image="sglang:v3")
+        scenario.run_pass()
+        target = scenario.replica(NAME)["spec"]["revision"]
+    # Kept off both, the next attempt fits nowhere: it fails Unschedulable, and the
+    # oldest exclusion goes, so the one after it runs on the first node again.
+    scenario.until(lambda s: settled(s))
+    row = rows(scenario)[0]
+    assert (row["phase"], row["operation"], row["revision"]) == ("Ready", None, target), row
+    assert "avoidNodes" not in row  # the steering ended with its revision
+    (pod,) = scenario.pods()
+    kept_off = [e["values"] for term in (((pod["spec"].get("affinity") or {}).get(
+        "nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        ).get("nodeSelectorTerms") or [] for e in term.get("matchExpressions") or []
+        if e["operator"] == "NotIn"]
+    if then == "new-revision":
+        assert kept_off == []
+    else:
+        assert (P.node_of(pod), kept_off) == (first, [[second]])
+        assert [e for e in scenario.events("UpdateFailed") if "Unschedulable" in e["message"]]
+
+
+def test_a_failed_surge_with_no_old_pod_serving_does_not_say_one_does(tmp_path):
+    """update-strategies.txt: "If the new pod fails, the old one keeps serving": only
+    while there is one. A Failed Instance whose pod never served is reached by a new
+    revision; its surge fails, and the warning no longer says the old pod keeps
+    serving."""
+    values = {"lifecycle": {"instanceReadyTimeout": "3m", "unschedulableGracePeriod": "2m"}}
+    scenario, change = converged(tmp_path, replicas=1, grace=5, values=values,
+                                 lifecycle=strategy("SurgeThenDrain", maxSurge=1))
+    scenario.fault("evict", pod=f"{NAME}-0-default-0")
+    scenario.fault("unschedulable")
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Failed")
+    scenario.fault("unschedulable", clear=True)
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) == "SurgeWaitReady" and any(
+        P.node_of(p) for p in s.pods(f"{NAME}-0-default-1")))
+    scenario.fault("hang", pod=f"{NAME}-0-default-1")
+    scenario.until(lambda s: bool(s.events("UpdateFailed")))
+    (message,) = messages(scenario, "UpdateFailed")
+    assert "the old pod keeps serving" not in message, message
+    assert rows(scenario)[0]["phase"] == "Failed"
+
+
+def test_a_failed_surge_steers_off_the_node_of_its_new_pod_only(tmp_path):
+    """instances.txt: the next attempt is steered off the node "the attempt's pods all
+    ran on": a single pod's surge whose new pod failed on one node, while the old pod
+    serves on another, is steered off the new pod's node, and only that one (the old
+    pod's node counted too, and nothing was steered)."""
+    from tests.fleet import write_service
+    from tests.scenario import Scenario
+
+    values = {"lifecycle": {"instanceReadyTimeout": "3m"}, "autoMigrate": {"maxAttempts": 3}}
+    repo = tmp_path / "repo"
+    base = {"replicas": 1, "grace": 5, "values": values,
+            "lifecycle": strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)}
+    write_service(repo, **base)
+    scenario = Scenario(tmp_path, repo, nodes=3, gpus=1)
+    scenario.until_idle()
+    write_service(repo, **base, image="sglang:v2")
+    new = f"{NAME}-0-default-1"
+    scenario.until(lambda s: step(s) == "SurgeWaitReady"
+                   and any(P.node_of(p) for p in s.pods(new)))
+    (pod,) = scenario.pods(new)
+    (old,) = scenario.pods(f"{NAME}-0-default-0")
+    assert P.node_of(pod) != P.node_of(old)
+    scenario.fault("hang", pod=new)
+    scenario.until(lambda s: bool(s.events("UpdateFailed")))
+    assert rows(scenario)[0]["avoidNodes"] == [P.node_of(pod)]

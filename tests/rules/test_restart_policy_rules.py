@@ -160,3 +160,36 @@ def test_the_last_failure_of_a_pod_gone_between_passes_says_it_is_gone(tmp_path)
     assert (failure["pod"], failure["reason"]) == (lost, "PodLost"), failure
     assert failure["time"] == scenario.now().strftime("%Y-%m-%dT%H:%M:%SZ")
     assert f"(pod {lost} is gone)" in failure["message"]
+
+
+# -- a new revision reaching a Failed Instance that has no pod ---------------------------
+
+@pytest.mark.parametrize("kind", ["InPlaceIfPossible", "InPlaceOnly", "SurgeThenDrain"])
+def test_a_new_revision_rebuilds_a_failed_instance_that_has_no_pod(tmp_path, kind):
+    """restart-policy.txt: "OME keeps a Failed Instance and its pods for you to inspect
+    until you reset it or a new revision reaches it". With no pod left, an images-only
+    revision under InPlaceIfPossible started an in-place update of a pod that did not
+    exist (0/0 at PatchImages), waited out the 30-minute deadline and failed with
+    DeadlineExceeded; only a later run rebuilt it. It is rebuilt at once now, on its
+    incarnation (instances.txt: the rebuild of a failed Instance keeps it)."""
+    values = {"lifecycle": {"instanceReadyTimeout": "30m", "unschedulableGracePeriod": "5m"}}
+    scenario, change = converged(tmp_path, replicas=1, grace=5, lifecycle=strategy(kind),
+                                 values=values)
+    scenario.fault("evict", pod=f"{NAME}-0-default-0")
+    scenario.fault("unschedulable")
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Failed")
+    incarnation = rows(scenario)[0]["incarnation"]
+    with SimCluster(scenario.path) as cluster:
+        for pod in cluster.list_pods():  # what is left goes, as by `kubectl delete`
+            cluster.delete_pod("demo", pod["metadata"]["name"], grace_seconds=0)
+    scenario.fault("unschedulable", clear=True)
+    started = scenario.now()
+    change(image="sglang:v2")
+    scenario.until_idle()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["operation"]) == ("Ready", None), row
+    assert row["revision"] == scenario.replica(NAME)["spec"]["revision"]
+    assert row["incarnation"] == incarnation
+    assert (scenario.now() - started).total_seconds() < 300
+    assert not scenario.events("InPlaceUpdateNotPossible")
+    assert not [m for m in messages(scenario, "UpdateFailed") if "DeadlineExceeded" in m]

@@ -149,3 +149,44 @@ def test_a_rollout_at_one_pass_per_period_takes_every_step_that_can_be_taken(
     else:
         raise AssertionError(f"the rollout did not finish in {passes} passes")
     assert passes <= int(1.1 * ideal), (passes, ideal)
+
+
+# -- a surge abandoned while both its pods sit on a silent node ---------------------------
+
+def test_a_surge_abandoned_with_its_source_gone_rebuilds_the_instance(tmp_path):
+    """update-strategies.txt: "With the old pod gone too, nothing is left to serve. The
+    Instance re-enters Failed with no operation, and OME rebuilds it at the newest
+    revision from scratch". A single pod's surge is withdrawn (the change reverted) while
+    its new pod and the old one sit on a node that stopped reporting; when the node
+    reports again both go in one moment. The Instance was left Ready with no pod, and
+    every later pass found nothing to do: the service was down for good. (sim: only: the
+    node reports again, and the taint manager's 340 s are the simulated clock's.)"""
+    from omegitops.cluster.sim import SimCluster
+    from tests.scenario import converged
+
+    values = {"lifecycle": {"instanceReadyTimeout": "30m"}}
+    scenario, change = converged(tmp_path, replicas=1, grace=5, lifecycle=SURGE,
+                                 values=values)
+    change(image="sglang:v2")
+    scenario.until(lambda s: len([p for p in s.pods() if P.node_of(p)]) == 2)
+    nodes = {P.node_of(p) for p in scenario.pods()}
+    assert len(nodes) == 1, nodes  # the scheduler fills the first node first
+    (node,) = nodes
+    with SimCluster(scenario.path) as cluster:
+        cluster.inject_fault("node-down", node=node)
+    change()  # reverted: the surge's revision is withdrawn
+    scenario.until(lambda s: step(s) == "Abandon")
+    scenario.advance(400)  # the taint manager deletes the old pod too
+    scenario.run_pass()
+    assert all(P.is_terminating(p) for p in scenario.pods())
+    with SimCluster(scenario.path) as cluster:
+        cluster.inject_fault("node-down", node=node, clear=True)
+    # The invariants (tests/scenario.py): no Ready row stands with fewer pods than it needs.
+    scenario.until_idle()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["operation"]) == ("Ready", None), row
+    assert row["revision"] == scenario.replica(NAME)["spec"]["revision"]
+    assert [P.is_ready(p) for p in scenario.pods()] == [True]
+    message = scenario.events("SurgeAbandoned")[-1]["message"]
+    assert message.endswith("no source pod stands, so the Instance re-enters as a fresh "
+                            f"start at revision {row['revision']}"), message
