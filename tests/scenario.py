@@ -88,7 +88,8 @@ class Scenario:
             self.results.append(result)
             # A killed pass may leave a gang half-created; the next pass completes it.
             check_invariants(cluster, self.max_rows, items,
-                             whole=kill_after is None and self.strict_gangs)
+                             whole=kill_after is None and self.strict_gangs,
+                             counted=kill_after is None and not result.errors)
         for watch in self.watches:
             watch(self)
         return result
@@ -164,8 +165,11 @@ class Scenario:
 
 
 def check_invariants(cluster, max_rows: Counter, items, whole: bool = True,
-                     short: dict | None = None) -> None:
+                     short: dict | None = None, counted: bool = False) -> None:
     """What must hold after every pass, whatever the scenario.
+
+    ``counted``: the pass wrote every status it planned, and nothing moved since (sim:),
+    so the counts it stored can be held to the pods (``_check_available``).
 
     ``short``: where pods change on their own between a pass and this check (the real
     control plane, whose kwok stages and controllers act while the pass runs), the Ready
@@ -252,6 +256,9 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True,
         if component in shapes:
             _check_ready_rows(rows, by_instance, component, shapes[component], sizes,
                               short, seen_short)
+            if counted:
+                _check_available(replica, rows, by_instance, component,
+                                 shapes[component], sizes, cluster.now().timestamp())
     if short is not None:
         short.clear()
         short.update(seen_short)
@@ -284,6 +291,33 @@ def _check_ready_rows(rows: list[dict], by_instance: dict[tuple, list[dict]],
             continue
         raise AssertionError(
             f"Instance {row['index']} of {shown} is Ready with {len(live)}/{need} pods", row)
+
+
+def _check_available(replica: dict, rows: list[dict], by_instance: dict[tuple, list[dict]],
+                     component: tuple, lifecycle, sizes: dict, now: float) -> None:
+    """Every Instance whose desired number of pods have had their containers ready for
+    minReadySeconds counts as available (instances.txt, min-ready-seconds.txt), whatever
+    else its index holds: a surge pod, or the leftover of a failed attempt, neither
+    holds it back nor restarts its window. So availableReplicas never dips while the
+    pods an Instance needs serve on."""
+    window = replica["spec"].get("minReadySeconds") or 0
+    expected = []
+    for row in rows:
+        members = by_instance.get((*component, row["index"]), [])
+        live = [p for p in members if not P.is_terminating(p) and not P.has_ended(p)]
+        need = 1
+        if lifecycle.shape == "gang":
+            revisions = {P.revision_of(p) for p in live}
+            revision = revisions.pop() if len(revisions) == 1 else row["revision"]
+            need = 1 + sizes.get((component[0], revision), lifecycle.worker_size)
+        ready = [p for p in live if P.containers_ready(p)
+                 and (P.condition(p, "ContainersReady")[1] or 0.0) + window <= now]
+        if len(ready) >= need:
+            expected.append(row["index"])
+    counted = (replica.get("status") or {}).get("availableReplicas") or 0
+    assert counted >= len(expected), (
+        f"{replica['metadata']['name']}: availableReplicas {counted}, but the pods of "
+        f"Instances {expected} have been ready for {window} s")
 
 
 def _stored_sizes(cluster) -> dict[tuple[str, str], int]:

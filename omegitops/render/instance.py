@@ -174,8 +174,17 @@ class InstancePods:
         return max(times) if times else None
 
     def containers_ready_since(self) -> float | None:
-        live = self.live
-        if len(live) < self.needed or not all(P.containers_ready(p) for p in live):
+        """Since when ``needed`` of the live pods have had their containers ready, or
+        None while fewer have.
+
+        instances.txt counts an Instance toward a state once at least its desired number
+        of pods are in it, so it still counts during a surge: a surge pod, or the
+        leftover of a failed attempt stuck pulling its image, is neither required nor
+        able to restart the clock of the pods that serve. Each ready pod has been ready
+        since its own transition, so ``needed`` of them have been since the
+        ``needed``-th earliest one."""
+        times = sorted(P.condition(p, "ContainersReady")[1] or 0.0
+                       for p in self.live if P.containers_ready(p))
+        if self.needed <= 0 or len(times) < self.needed:
             return None
-        times = [P.condition(p, "ContainersReady")[1] or 0.0 for p in live]
-        return max(times) if times else None
+        return times[self.needed - 1]

@@ -162,6 +162,40 @@ def test_a_retried_recreate_pod_update_keeps_the_incarnation_it_rose_to(tmp_path
     assert scenario.events("UpdateFailed")[0]["count"] == 3
     assert incarnations == {1, 2}, incarnations
 
+# -- 6. a held revision's leftover pod does not take the serving Instance's availability -
+
+def test_a_held_revisions_leftover_surge_pod_leaves_the_old_pod_available(tmp_path, cli):
+    """instances.txt: "An Instance counts toward a state when at least its desired number
+    of pods do, so it still counts during a surge"; min-ready-seconds.txt: a pod is
+    Available once it has stayed Ready for minReadySeconds. The old pod serves, Ready
+    all along, while the revision's attempts fail and it is held, and the replacement
+    the last attempt left stays in ImagePullBackOff: the Instance stays available, in
+    the status and in ``get irep``."""
+    values = {"lifecycle": {"stuckPodGracePeriod": "60s",
+                            "updateRetry": {"maxAttempts": 3, "initialBackoff": "1m"}}}
+    life = {"minReadySeconds": 60, **SURGE}
+    scenario, change = converged(tmp_path, replicas=1, values=values, lifecycle=life)
+    counts: list[tuple] = []
+    scenario.watches.append(lambda s: counts.append(
+        (s.now(), s.status(NAME)["readyReplicas"], s.status(NAME)["availableReplicas"])))
+    scenario.fault("imagepull", image="sglang:unpullable")
+    change(image="sglang:unpullable", values=values, lifecycle=life)
+    scenario.until(lambda s: bool(s.events("RevisionHeld")))
+    for _ in range(10):  # 30 minutes with the revision held
+        scenario.run_pass()
+        scenario.advance(180)
+    leftover = [p for p in scenario.pods(f"{NAME}-0-default-")
+                if P.revision_of(p) != P.revision_of(scenario.pods(f"{NAME}-0-default-0")[0])]
+    assert leftover, "the failed attempt's replacement is still there"
+    waiting = leftover[0]["status"]["containerStatuses"][0]["state"].get("waiting") or {}
+    assert waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull"), leftover[0]
+    assert {(ready, available) for _, ready, available in counts} == {(1, 1)}, counts
+    code, out, err = cli("get", "irep", "-n", "demo", "--cluster", f"sim:{scenario.path}")
+    assert code == 0, err
+    (line,) = [line.split() for line in out.splitlines() if line.startswith(NAME)]
+    assert line[2:6] == ["1", "1", "1", "1"], out
+
+
 # -- 4. a full window once a scheduling gate lifts, however the passes fall ------------
 
 GATE = "kueue.x-k8s.io/admission"
