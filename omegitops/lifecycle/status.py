@@ -21,6 +21,7 @@ from omegitops.lifecycle.missing import REVISION_MISSING, missing_revisions
 from omegitops.lifecycle.rollout import RolloutOutcome
 from omegitops.lifecycle.work import Work
 from omegitops.model.budgets import scaled_value
+from omegitops.model.partition import partition_held
 from omegitops.model.state import Json, OperationType, Phase, Row
 from omegitops.render.component import DesiredComponent
 from omegitops.render.instance import InstancePods
@@ -136,9 +137,10 @@ def _staged(desired: DesiredComponent, rows: list[Row], want: int,
     the prior revision`` once every Instance at or above the partition has moved."""
     if partition <= 0:
         return None
-    held = [r for r in rows if r.index < partition and r.revision != desired.revision]
+    kept = set(partition_held((r.index for r in rows), partition))
+    held = [r for r in rows if r.index in kept and r.revision != desired.revision]
     moved = [r for r in rows if r.revision == desired.revision]
-    above = [r for r in rows if r.index >= partition]
+    above = [r for r in rows if r.index not in kept]
     if not held or any(r.revision != desired.revision or r.operation is not None
                        for r in above):
         return None

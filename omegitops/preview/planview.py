@@ -39,6 +39,7 @@ from omegitops.lifecycle.planner import Plan
 from omegitops.lifecycle.updates import images_only
 from omegitops.manifests.load import Loaded, ServiceComponent
 from omegitops.model.budgets import BudgetError, scaled_value
+from omegitops.model.partition import partition_held
 from omegitops.model.replica import replica_name
 from omegitops.model.state import Gate, Hold, Operation, OperationType, Phase, Row, Strategy
 from omegitops.render.component import DesiredComponent, ObservedComponent
@@ -452,6 +453,7 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
         "lifecycleChanges": [],
         "templateDiff": None,
         "toMove": 0,
+        "heldByPartition": 0,
         "pacing": None,
     }
     desired, observed, plan = planned.desired, planned.observed, planned.plan
@@ -471,9 +473,7 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
     view.update(
         lifecycleChanges=lifecycle_changes(desired, observed),
         templateDiff=diff,
-        toMove=sum(1 for row in rows
-                   if row.revision != desired.revision and row.surge_of is None
-                   and row.phase != Phase.DELETING),
+        **instances_to_move(rows, desired.revision, lifecycle.settings.partition),
         revision=revision,
         nextStep=next_step(planned),
         instances=instance_lines(plan),
@@ -489,6 +489,16 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
     view["changed"] = bool(revision["old"] != revision["new"] or view["lifecycleChanges"]
                            or view["changes"])
     return view
+
+
+def instances_to_move(rows: tuple[Row, ...], target: str, partition: int) -> dict[str, int]:
+    """``toMove``: the Instances off ``target`` that the partition lets move;
+    ``heldByPartition``: those it keeps on their revision until it is lowered."""
+    own = [row for row in rows if row.surge_of is None and row.phase != Phase.DELETING]
+    held = set(partition_held((row.index for row in own), partition))
+    outdated = [row for row in own if row.revision != target]
+    return {"toMove": sum(1 for row in outdated if row.index not in held),
+            "heldByPartition": sum(1 for row in outdated if row.index in held)}
 
 
 def pacing(lifecycle: ComponentLifecycle, hold: Hold | None,

@@ -19,11 +19,18 @@ Health of a component (one word, most severe first):
 - ``Progressing``: otherwise, when it is not yet settled: no InferenceReplica
   yet, an operation in flight, a rollout hold, or current, ready, available or
   updated differing from desired, or currentRevision differing from revision;
+- ``Staged``: otherwise, when the InferenceReplica's Ready condition says Staged
+  (update-strategies.txt): every Instance the partition lets move has moved,
+  and the others wait on their revision for a person to lower the partition;
 - ``Healthy``: otherwise (ready == available == desired, nothing in flight,
   no failure).
 
 A service's health is the worst of its OMENative components; components in
 other deployment modes are listed as not managed and have no health.
+
+What only a person can move (a staged rollout, a held revision, a change InPlaceOnly
+refuses) is listed under the component's ``needsPerson``, with what to do, and first
+in STATUS.md.
 """
 
 from __future__ import annotations
@@ -41,8 +48,10 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
 from omegitops.manifests.schemas import is_valid, validator
+from omegitops.model.partition import partition_held
 from omegitops.model.replica import decode_rows, encode_rows, replica_name
 from omegitops.model.state import Phase, Row
+from omegitops.render.resolve import RUNTIME, RUNTIME_CONFIG
 from omegitops.render.templates import MANAGED
 from omegitops.report.views import (
     WARNING,
@@ -63,8 +72,8 @@ JSON_FILE, MARKDOWN_FILE = "status.json", "STATUS.md"
 TEMPLATE = "report.md.j2"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-HEALTHY, PROGRESSING, DEGRADED = "Healthy", "Progressing", "Degraded"
-SEVERITY = {HEALTHY: 0, PROGRESSING: 1, DEGRADED: 2}
+HEALTHY, STAGED, PROGRESSING, DEGRADED = "Healthy", "Staged", "Progressing", "Degraded"
+SEVERITY = {HEALTHY: 0, STAGED: 1, PROGRESSING: 2, DEGRADED: 3}
 RECENT_WARNING_SECONDS = 600
 EVENTS_PER_SERVICE = 5
 # Validation errors and warnings the report lists, each (sorted: the first ones); the
@@ -81,6 +90,11 @@ PHASE_ORDER = ("Ready", "Creating", "Updating", "Restarting", "Migrating", "Dele
 # The status each condition has when all is well; any other condition is well when False.
 GOOD_STATUS = {"Ready": "True", "EngineReady": "True", "DecoderReady": "True",
                "RouterReady": "True"}
+# Reasons that call for a person even with the condition in its good state: a staged
+# rollout serves, and waits for the partition to be lowered.
+ATTENTION_REASONS = {"Staged"}
+# The annotation that gives a held revision its attempts back (docs/operations.md).
+RELEASE_REVISION = "ome.io/release-revision"
 
 
 class ReportError(OmegitopsError):
@@ -192,8 +206,12 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
     decoded = decode_rows((replica.get("status") or {}).get("instances"), copy=False)
     rows = sorted((Row.from_storage(row) for row in decoded), key=lambda row: row.index)
     mine = [v for v in events if about_component(v, lifecycle.component)]
-    health, reason = component_health(view, rows, mine, now)
+    staged = staged_view(replica, view, rows, lifecycle.settings.partition)
+    health, reason = component_health(view, rows, mine, now, staged)
     phases = phase_counts(rows)
+    # A StatefulSet's current revision is the one its partition keeps until the rollout
+    # finishes: a staged canary's is the held Instances', whatever most Instances run.
+    current = staged["heldRevision"] if staged else view["currentRevision"]
     return {
         **base,
         "inferenceReplica": name,
@@ -201,14 +219,16 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
         "health": health,
         "healthReason": reason,
         **{key: view[key] for key in ("desired", "current", "ready", "available", "updated",
-                                      "serving", "minReadySeconds", "revision",
-                                      "currentRevision")},
+                                      "serving", "minReadySeconds", "revision")},
+        "currentRevision": current,
         "phases": phases,
         "phaseSummary": phase_summary(phases),
         "operations": sum(1 for row in rows if row.operation is not None),
         "failedInstances": [row.index for row in rows if row.phase == Phase.FAILED],
         "rolloutHold": _hold(view["rolloutHold"]),
         "conditions": unhealthy_conditions(view["conditions"]),
+        "staged": staged,
+        "needsPerson": needs_person(item, name, view, staged),
         # What plan --base starts from: the Instances as stored, which no replay of the
         # manifests can show (a partition, a held or failed revision, a pinned runtime).
         "state": instance_state(replica, decoded),
@@ -250,12 +270,12 @@ def _missing(name: str, desired: int, min_ready: int) -> dict:
         "desired": desired, "current": 0, "ready": 0, "available": 0, "updated": 0,
         "serving": 0, "minReadySeconds": min_ready, "revision": None, "currentRevision": None,
         "phases": [], "phaseSummary": "", "operations": 0, "failedInstances": [],
-        "rolloutHold": None, "conditions": [],
+        "rolloutHold": None, "conditions": [], "staged": None, "needsPerson": [],
     }
 
 
 def component_health(view: dict, rows: list[Row], events: list[dict],
-                     now: datetime) -> tuple[str, str]:
+                     now: datetime, staged: dict | None = None) -> tuple[str, str]:
     """The health word and why; the rule is in the module docstring."""
     failed = [str(row.index) for row in rows if row.phase == Phase.FAILED]
     if failed:
@@ -268,23 +288,27 @@ def component_health(view: dict, rows: list[Row], events: list[dict],
     if recent:
         last = recent[-1]
         return DEGRADED, f"Warning {last['reason']} at {last['lastTimestamp']}"
-    unsettled = _unsettled(view, rows)
+    unsettled = _unsettled(view, rows, staged is not None)
     if unsettled:
         return PROGRESSING, "; ".join(unsettled)
+    if staged:
+        return STAGED, staged_text(staged).removeprefix("Staged ")
     return HEALTHY, f"{view['ready']}/{view['desired']} Instances ready and available"
 
 
-def _unsettled(view: dict, rows: list[Row]) -> list[str]:
+def _unsettled(view: dict, rows: list[Row], staged: bool = False) -> list[str]:
+    """What keeps the component from rest; a staged one is at rest short of the
+    Instances its partition holds, so those do not count."""
     reasons = []
     in_flight = sum(1 for row in rows if row.operation is not None)
     if in_flight:
         reasons.append(f"{in_flight} operation{'s' if in_flight != 1 else ''} in flight")
     want = view["desired"]
     lagging = [f"{key} {view[key]}/{want}" for key in ("current", "ready", "available", "updated")
-               if view[key] != want]
+               if view[key] != want and not (staged and key == "updated")]
     if lagging:
         reasons.append(", ".join(lagging))
-    if view["revision"] and view["currentRevision"] != view["revision"]:
+    if view["revision"] and view["currentRevision"] != view["revision"] and not staged:
         current = view["currentRevision"]
         reasons.append(f"current revision {current} is not {view['revision']}" if current
                        else f"no Instance runs {view['revision']} yet")
@@ -297,11 +321,88 @@ def _condition(view: dict, kind: str) -> dict | None:
     return next((c for c in view["conditions"] if c.get("type") == kind), None)
 
 
+def staged_view(replica: dict, view: dict, rows: list[Row],
+                partition: int) -> dict[str, Any] | None:
+    """A staged rollout, read from the live InferenceReplica: its Ready condition says
+    Staged, and the Instances its partition holds off the update revision are named
+    with the revision they run. None when the rollout is not staged."""
+    ready = _condition(view, "Ready")
+    if not ready or ready.get("status") != "True" or ready.get("reason") != "Staged":
+        return None
+    rolling = ((((replica.get("spec") or {}).get("lifecycle") or {}).get("updateStrategy")
+                or {}).get("rollingUpdate") or {})
+    live = rolling.get("partition")
+    if isinstance(live, int) and not isinstance(live, bool):
+        partition = live
+    own = [row for row in rows if row.surge_of is None and row.phase != Phase.DELETING]
+    kept = set(partition_held((row.index for row in own), partition))
+    update = view["revision"]
+    held = [row for row in own if row.index in kept and row.revision != update]
+    revisions = Counter(row.revision for row in held if row.revision)
+    return {
+        "partition": partition,
+        "heldInstances": [row.index for row in held],
+        "heldRevision": min(revisions, key=lambda r: (-revisions[r], r)) if revisions
+        else view["currentRevision"],
+        "updateRevision": update,
+        "updatedInstances": sum(1 for row in own if row.revision == update),
+        "desired": view["desired"],
+        "message": ready.get("message") or "",
+    }
+
+
+def staged_text(staged: dict) -> str:
+    """``Staged at partition 1: Instance 0 held on rev-a; 1/2 Instances on rev-b``."""
+    held = staged["heldInstances"]
+    return (f"Staged at partition {staged['partition']}: "
+            f"Instance{'s' if len(held) != 1 else ''} {', '.join(map(str, held))} held on "
+            f"{staged['heldRevision']}; {staged['updatedInstances']}/{staged['desired']} "
+            f"Instances on {staged['updateRevision']}")
+
+
+def needs_person(item: ServiceComponent, name: str, view: dict,
+                 staged: dict | None) -> list[dict[str, str]]:
+    """What waits for a person, each with what to do (update-strategies.txt, and
+    docs/troubleshooting.md for a held revision); empty when nothing does."""
+    out = []
+    component = item.lifecycle.component
+    if staged:
+        out.append({"reason": "Staged", "text": staged_text(staged),
+                    "action": f"set {_partition_field(item)} to 0, or remove it, to finish "
+                              "the rollout"})
+    stalled = _condition(view, "RolloutStalled")
+    if stalled and stalled.get("status") == "True":
+        reason = str(stalled.get("reason") or "")
+        if reason == "RevisionHeld":
+            out.append({"reason": reason, "text": str(stalled.get("message") or ""),
+                        "action": "fix the cause and push a new revision, or release this one: "
+                                  f"kubectl annotate inferencereplica {name} -n "
+                                  f"{_namespace(item)} {RELEASE_REVISION}={view['revision']}"})
+        elif reason == "InPlaceUpdateNotPossible":
+            out.append({"reason": reason, "text": str(stalled.get("message") or ""),
+                        "action": f"change spec.{component}.lifecycle.updateStrategy.type "
+                                  "(to InPlaceIfPossible, say), or undo the change"})
+    return out
+
+
+def _partition_field(item: ServiceComponent) -> str:
+    """Where the component's partition is set: the service, or its runtime."""
+    component = item.lifecycle.component
+    field = item.lifecycle.fields.get("updateStrategy.rollingUpdate.partition")
+    if field is not None and field.source == RUNTIME and item.runtime is not None:
+        return (f"spec.{RUNTIME_CONFIG[component]}.lifecycle.updateStrategy.rollingUpdate."
+                f"partition in runtime {item.runtime.id.name}")
+    return (f"spec.{component}.lifecycle.updateStrategy.rollingUpdate.partition in "
+            f"{item.service.path}")
+
+
 def unhealthy_conditions(conditions: list[dict]) -> list[dict]:
-    """Conditions not in their good state, sorted by type."""
+    """Conditions not in their good state, or whose reason asks for a person (Staged),
+    sorted by type."""
     out = []
     for cond in conditions:
-        if cond.get("status") != GOOD_STATUS.get(str(cond.get("type")), "False"):
+        if (cond.get("status") != GOOD_STATUS.get(str(cond.get("type")), "False")
+                or cond.get("reason") in ATTENTION_REASONS):
             out.append({key: cond.get(key) for key in
                         ("type", "status", "reason", "message", "lastTransitionTime")})
     return sorted(out, key=lambda c: c["type"] or "")
@@ -336,8 +437,7 @@ def _error_order(error: dict) -> tuple:
 def _summary(report: dict) -> dict:
     components = [c for s in report["services"] for c in s["components"]]
     managed = [c for c in components if c["managed"]]
-    health = {word: sum(1 for c in managed if c["health"] == word)
-              for word in (HEALTHY, PROGRESSING, DEGRADED)}
+    health = {word: sum(1 for c in managed if c["health"] == word) for word in SEVERITY}
     summary = {
         "services": len(report["services"]),
         "components": len(components),
@@ -400,9 +500,17 @@ def environment() -> Environment:
 
 def render_markdown(report: dict) -> str:
     return environment().get_template(TEMPLATE).render(
-        report=report, listed=LISTED_MARKDOWN,
+        report=report, listed=LISTED_MARKDOWN, waiting=waiting_for_a_person(report),
         errors=listed_and_left_out(report, "validationErrors"),
         warnings=listed_and_left_out(report, "validationWarnings"))
+
+
+def waiting_for_a_person(report: dict) -> list[tuple[dict, dict, dict]]:
+    """(service, component, what it needs) of everything only a person can move, in the
+    report's order: what STATUS.md lists first."""
+    return [(service, component, need) for service in report["services"]
+            for component in service["components"] if component["managed"]
+            for need in component.get("needsPerson") or []]
 
 
 def render_json(report: dict) -> str:

@@ -17,11 +17,16 @@ the decision alone, ``tests/lifecycle/test_rollout_decision.py``; its settings,
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from omegitops.manifests.load import load
 from omegitops.render import pods as P
+from omegitops.report.status import build_report, render_markdown, validate_report
 from tests.backends import NAME, rows, serving_gangs, settled, step
 from tests.fleet import strategy
+from tests.scenario import converged
 
 RECREATE = {"restartPolicy": "RecreateInstanceOnPodRestart"}
 SURGE = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
@@ -190,3 +195,94 @@ def test_a_surge_abandoned_with_its_source_gone_rebuilds_the_instance(tmp_path):
     message = scenario.events("SurgeAbandoned")[-1]["message"]
     assert message.endswith("no source pod stands, so the Instance re-enters as a fresh "
                             f"start at revision {row['revision']}"), message
+
+
+# -- 8. a staged canary, as the status report and the plan read it -----------------------
+
+CANARY = strategy("SurgeThenDrain", partition=1, maxSurge=1, maxUnavailable=0)
+
+
+def _staged(s) -> bool:
+    """The rollout has moved what the partition lets move, and the pass was quiet."""
+    ready = next((c for c in s.status(NAME)["conditions"] if c["type"] == "Ready"), {})
+    return ready.get("reason") == "Staged" and not s.results[-1].busy
+
+
+def _report(scenario) -> dict:
+    """The status report of the live cluster, as the job builds it, checked by its schema."""
+    report = build_report(load(scenario.repo), [scenario.replica(NAME)], scenario.events(),
+                          scenario.now())
+    validate_report(report)
+    return report
+
+
+def test_a_staged_canary_is_reported_staged_with_what_finishes_it(backend):
+    """update-strategies.txt: with partition 1 and two Instances, the next change moves
+    one Instance and holds the other; the InferenceReplica reports Staged in its Ready
+    condition; "To finish the rollout, set partition to 0 or remove it". The report says
+    so: the component Staged, not Progressing, the held Instance on the current revision
+    and the update revision beside it, the Ready condition as the InferenceReplica has
+    it, and what a person must do, first in STATUS.md."""
+    scenario, change = backend.converged(replicas=2, grace=2, lifecycle=CANARY)
+    old = scenario.replica(NAME)["spec"]["revision"]
+    change(image="sglang:v2", lifecycle=CANARY)
+    scenario.until(_staged)
+    new = scenario.replica(NAME)["spec"]["revision"]
+    assert {i: r["revision"] for i, r in rows(scenario).items()} == {0: old, 1: new}
+    report = _report(scenario)
+    (service,) = report["services"]
+    (engine,) = service["components"]
+    assert (service["health"], engine["health"]) == ("Staged", "Staged"), engine["healthReason"]
+    assert (engine["revision"], engine["currentRevision"]) == (new, old)
+    staged = engine["staged"]
+    assert (staged["partition"], staged["heldInstances"], staged["heldRevision"],
+            staged["updateRevision"]) == (1, [0], old, new)
+    live = next(c for c in scenario.status(NAME)["conditions"] if c["type"] == "Ready")
+    ready = next(c for c in engine["conditions"] if c["type"] == "Ready")
+    assert ready == {k: live[k] for k in ready}
+    assert (ready["status"], ready["reason"]) == ("True", "Staged")
+    (need,) = engine["needsPerson"]
+    assert need["reason"] == "Staged"
+    assert need["action"] == ("set spec.engine.lifecycle.updateStrategy.rollingUpdate.partition"
+                              " in services/svc.yaml to 0, or remove it, to finish the rollout")
+    assert report["summary"]["health"]["Staged"] == 1
+    markdown = render_markdown(report)
+    assert markdown.index("## Needs a person") < markdown.index("| Service | Health |")
+    assert f"Instance 0 held on {old}; 1/2 Instances on {new}" in markdown
+    assert f"| `{new}` | `{old}` |" in markdown
+
+
+def test_a_held_revision_says_how_to_release_it(tmp_path):
+    """instances.txt: a revision that keeps failing for a reason of its own is held
+    "until a new revision replaces it or you release it"; the report names the
+    InferenceReplica's annotation that releases it (docs/troubleshooting.md), first."""
+    values = {"lifecycle": {"stuckPodGracePeriod": "60s"}}
+    scenario, change = converged(tmp_path, replicas=1, values=values, lifecycle=SURGE)
+    scenario.fault("imagepull", image="sglang:unpullable")
+    change(image="sglang:unpullable")
+    scenario.until(lambda s: bool(s.events("RevisionHeld")))
+    target = scenario.replica(NAME)["spec"]["revision"]
+    (engine,) = _report(scenario)["services"][0]["components"]
+    (need,) = engine["needsPerson"]
+    assert need["reason"] == "RevisionHeld"
+    assert need["action"].endswith(
+        f"kubectl annotate inferencereplica {NAME} -n demo ome.io/release-revision={target}")
+    markdown = render_markdown(_report(scenario))
+    assert "## Needs a person" in markdown and "release-revision" in markdown
+
+
+def test_the_plan_counts_only_the_instances_the_partition_lets_move(tmp_path, cli):
+    """update-strategies.txt: "With the settings above and two Instances, the next change
+    to the pod template moves one Instance and holds the other": the plan says one
+    Instance moves, and which the partition holds."""
+    scenario, change = converged(tmp_path, replicas=2, grace=2, lifecycle=CANARY)
+    change(image="sglang:v2", lifecycle=CANARY)
+    args = ("plan", "--repo", str(scenario.repo), "--cluster", f"sim:{scenario.path}")
+    code, out, err = cli(*args, "-o", "json")
+    assert code in (0, 2), err
+    (engine,) = json.loads(out)["components"]
+    assert (engine["toMove"], engine["heldByPartition"]) == (1, 1)
+    code, out, err = cli(*args)
+    assert code in (0, 2), err
+    assert "\n1 Instance to move to " in out, out
+    assert "1 held on its revision by `partition: 1`: set it to 0 to move it too." in out
