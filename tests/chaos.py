@@ -334,7 +334,7 @@ class Campaign:
             # rotation together, and whole unless a fault from outside broke one) hold
             # after every pass that ran through.
             check_invariants(cluster, Counter(self.ceiling), self.items,
-                             whole=not self.faults_seen)
+                             whole=not self.faults_seen, counted=True)
         instances: dict[tuple, list[dict]] = {}
         by_component: dict[tuple, list[dict]] = {}
         for pod in pods:
