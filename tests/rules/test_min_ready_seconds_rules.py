@@ -14,9 +14,10 @@ More of the document, pass by pass on ``sim:``: ``tests/lifecycle/test_updates.p
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
-from tests.backends import NAME, settled
+from tests.backends import NAME, rows, settled
 
 # -- 13. a pinned service keeps its runtime's lifecycle until the pin moves --------------
 
@@ -45,3 +46,26 @@ def test_a_pinned_service_takes_the_runtimes_new_min_ready_seconds_only_when_the
     scenario.until(lambda s: s.replica(NAME)["spec"]["minReadySeconds"] == 90)
     scenario.until(settled)
     assert scenario.replica(NAME)["spec"]["minReadySeconds"] == 90
+
+
+# -- 6. a surge never takes the Instance it replaces out of the available count -----------
+
+@pytest.mark.parametrize("workers", [None, 1], ids=["single-pod", "gang"])
+def test_a_surge_keeps_the_instance_it_replaces_available(backend, workers):
+    """min-ready-seconds.txt: in a SurgeThenDrain rollout the old pods keep serving
+    until the new ones have stayed Ready for the window; instances.txt: an Instance
+    counts toward a state when at least its desired number of pods do, so it still
+    counts during a surge. With maxUnavailable 0 every Instance stays available through
+    the whole rollout: a new pod that is not ready yet is not required, and one that
+    becomes ready does not restart the window of the pods already serving."""
+    surge = {"minReadySeconds": 5, "updateStrategy": {
+        "type": "SurgeThenDrain", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}}
+    scenario, change = backend.converged(replicas=2, workers=workers, grace=2,
+                                         lifecycle=surge)
+    dips: list[tuple] = []
+    scenario.watches.append(lambda s: s.status(NAME)["availableReplicas"] >= 2 or dips.append(
+        (s.passes, s.status(NAME)["availableReplicas"], sorted(rows(s)))))
+    change(image="sglang:v2", lifecycle=surge)
+    scenario.until(lambda s: settled(s) and s.status(NAME)["availableReplicas"] == 2,
+                   seconds=180)
+    assert not dips, dips
