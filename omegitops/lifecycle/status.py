@@ -62,15 +62,18 @@ def component_status(work: Work, rows: list[Row], previous: Json,
     return {
         **counts,
         "desiredReplicas": want,
-        "currentRevision": _current_revision(rows, desired.revision, want),
+        "currentRevision": current_revision(rows, desired.revision, want),
         "updateRevision": desired.revision,
         "conditions": conditions,
         "rolloutHold": None if rollout.hold is None else rollout.hold.for_storage(),
     }
 
 
-def _current_revision(rows: list[Row], update: str, want: int) -> str | None:
-    """The revision most Instances run, Ready ones first; ties go to the name, so the
+def current_revision(rows: list[Row], update: str, want: int) -> str | None:
+    """The revision most Instances run, Ready ones first. A tie never goes to the
+    update revision: as a StatefulSet's, the current revision stays until the rollout
+    has moved more Instances than it holds back (a canary staged at one of two
+    Instances is still on its current revision); other ties go to the name, so the
     answer never depends on hash order. A component scaled to zero with no Instance
     left runs nothing older than its update revision, which is then its current one,
     as a StatefulSet at zero replicas reports."""
@@ -84,7 +87,7 @@ def _current_revision(rows: list[Row], update: str, want: int) -> str | None:
             counts[revision] = (ready + (row.phase == Phase.READY), total + 1)
     if not counts:
         return None
-    return min(counts, key=lambda r: (-counts[r][0], -counts[r][1], r))
+    return min(counts, key=lambda r: (-counts[r][0], -counts[r][1], r == update, r))
 
 
 def _conditions(work: Work, rows: list[Row], counts: dict[str, int], want: int,

@@ -21,7 +21,9 @@ import json
 
 import pytest
 
+from omegitops.lifecycle.status import current_revision
 from omegitops.manifests.load import load
+from omegitops.model.state import Phase, Row
 from omegitops.render import pods as P
 from omegitops.report.status import build_report, render_markdown, validate_report
 from tests.backends import NAME, rows, serving_gangs, settled, step
@@ -229,6 +231,7 @@ def test_a_staged_canary_is_reported_staged_with_what_finishes_it(backend):
     scenario.until(_staged)
     new = scenario.replica(NAME)["spec"]["revision"]
     assert {i: r["revision"] for i, r in rows(scenario).items()} == {0: old, 1: new}
+    assert scenario.status(NAME)["currentRevision"] == old
     report = _report(scenario)
     (service,) = report["services"]
     (engine,) = service["components"]
@@ -250,6 +253,20 @@ def test_a_staged_canary_is_reported_staged_with_what_finishes_it(backend):
     assert markdown.index("## Needs a person") < markdown.index("| Service | Health |")
     assert f"Instance 0 held on {old}; 1/2 Instances on {new}" in markdown
     assert f"| `{new}` | `{old}` |" in markdown
+
+
+@pytest.mark.parametrize("update", ["svc-engine-00000000", "svc-engine-ffffffff"])
+def test_a_canary_staged_at_half_keeps_its_current_revision(update):
+    """update-strategies.txt: a partition holds Instances "on the prior revision": with
+    one of two Instances moved, the InferenceReplica's current revision is still the one
+    the held Instance runs, whichever name sorts first (a tie never goes to the update
+    revision, as a StatefulSet's current revision stays until its rollout ends)."""
+    prior = "svc-engine-7b4c2e19"
+    staged = [Row(0, 1, Phase.READY, prior), Row(1, 1, Phase.READY, update)]
+    assert current_revision(staged, update, 2) == prior
+    # Once more Instances run it, the update revision is the current one.
+    moved = [*staged, Row(2, 1, Phase.READY, update)]
+    assert current_revision(moved, update, 3) == update
 
 
 def test_a_held_revision_says_how_to_release_it(tmp_path):
