@@ -18,8 +18,3 @@ def partition_held(indices: Iterable[int], partition: int) -> list[int]:
     below it, as a StatefulSet keeps the ordinals below its partition."""
     return sorted(index for index in set(indices) if index < partition)
 
-
-def partition_moves(indices: Iterable[int], partition: int) -> list[int]:
-    """The Instances of ``indices`` that ``partition`` lets move, lowest index first."""
-    listed = set(indices)
-    return sorted(listed - set(partition_held(listed, partition)))
