@@ -185,12 +185,45 @@ def apply_rollout(work: Work, decision: RolloutDecision,
             work.put(open_update(work, row, strategy, move.mode))
     for moment in decision.wakes:
         work.wake(moment)
-    if decision.hold_reason is None:
+    gate_reason = _hold_gate(work, decision)
+    if gate_reason is None:
         return None
+    gate, reason = gate_reason
     since = format_time(work.now)
-    if previous_hold and previous_hold.get("gate") == Gate.BUDGET:
+    if previous_hold and previous_hold.get("gate") == gate \
+            and previous_hold.get("target") == decision.target:
         since = previous_hold.get("since") or since
-    return Hold(Gate.BUDGET, decision.hold_reason, since, decision.target)
+    return Hold(gate, reason, since, decision.target)
+
+
+def _hold_gate(work: Work, decision: RolloutDecision) -> tuple[Gate, str] | None:
+    """The gate that stops the rollout, and why (update-strategies.txt: "While no
+    Instance of a component can move, the component's rollout hold names the gate that
+    stops it"): a budget; else, with nothing started and nothing moving toward the
+    target, a held revision or InPlaceOnly's refusal."""
+    if decision.hold_reason is not None:
+        return Gate.BUDGET, decision.hold_reason
+    if decision.starts or _moving(work, decision.target):
+        return None
+    if held(work, decision.target) and any(
+            _outdated(work, row, decision.target) and row.index >= decision.partition
+            for row in work.rows.values()):
+        entry = work.retries.get(decision.target) or {}
+        attempts = int(entry.get("attempts") or 0)
+        return Gate.HELD, (f"revision {decision.target} is held after {attempts} failed "
+                           f"attempt{'' if attempts == 1 else 's'}")
+    if decision.refused:
+        indices = ", ".join(str(i) for i in decision.refused)
+        return Gate.IN_PLACE_ONLY, (f"InPlaceOnly strategy but diff exceeds container "
+                                    f"images (Instances {indices})")
+    return None
+
+
+def _moving(work: Work, target: str) -> bool:
+    """An update toward ``target`` is in flight: the rollout moves."""
+    return any(row.operation is not None and row.phase != Phase.FAILED
+               and row.operation.target_revision == target
+               for row in work.rows.values())
 
 
 def _has_extras(work: Work, row: Row) -> bool:

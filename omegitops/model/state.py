@@ -52,6 +52,10 @@ class Gate(StrEnum):
     """What holds a rollout (``status.rolloutHold.gate``)."""
 
     BUDGET = "Budget"
+    # The revision is held after failed attempts (OME's RetryBlock Held).
+    HELD = "Held"
+    # InPlaceOnly refuses a change beyond container images.
+    IN_PLACE_ONLY = "InPlaceOnly"
 
 
 class StoredHold(TypedDict):

@@ -303,3 +303,59 @@ def test_the_plan_counts_only_the_instances_the_partition_lets_move(tmp_path, cl
     assert code in (0, 2), err
     assert "\n1 Instance to move to " in out, out
     assert "1 held on its revision by `partition: 1`: set it to 0 to move it too." in out
+
+
+# -- the rollout hold names the gate while nothing can move -------------------------------
+
+def test_in_place_only_refusing_every_instance_holds_the_rollout(backend):
+    """update-strategies.txt: "While no Instance of a component can move, the
+    component's rollout hold names the gate that stops it." InPlaceOnly refusing every
+    Instance stalls the rollout: the hold was empty while RolloutStalled was True."""
+    life = strategy("InPlaceOnly")
+    scenario, change = backend.converged(replicas=2, grace=2, lifecycle=life)
+    change(env={"LOG": "debug"}, lifecycle=life)
+    scenario.until(lambda s: bool(s.events("InPlaceUpdateNotPossible")))
+    scenario.until(lambda s: not s.results[-1].applied)
+    stalled = next(c for c in scenario.status(NAME)["conditions"]
+                   if c["type"] == "RolloutStalled")
+    assert stalled["status"] == "True"
+    hold = scenario.status(NAME)["rolloutHold"]
+    assert hold is not None
+    assert hold["gate"] == "InPlaceOnly"
+    assert hold["reason"] == ("InPlaceOnly strategy but diff exceeds container images "
+                              "(Instances 0, 1)")
+    assert hold["target"] == scenario.replica(NAME)["spec"]["revision"]
+    since = hold["since"]
+    scenario.advance(60)
+    scenario.run_pass()
+    assert scenario.status(NAME)["rolloutHold"]["since"] == since
+    # Changing the type lets it go ahead, and the hold goes.
+    change(env={"LOG": "debug"}, lifecycle=strategy("InPlaceIfPossible"))
+    scenario.until(settled, seconds=180)
+    assert scenario.status(NAME)["rolloutHold"] is None
+
+
+def test_a_held_revision_holds_the_rollout(tmp_path):
+    """update-strategies.txt: the rollout hold names the gate while no Instance can move;
+    instances.txt: after its attempts the revision is held until a new revision replaces
+    it. (sim: only: the image that cannot be pulled is the simulator's fault.)"""
+    from tests.scenario import converged
+
+    values = {"lifecycle": {"stuckPodGracePeriod": "60s"}}  # no updateRetry: held at once
+    scenario, change = converged(tmp_path, replicas=2, grace=2, lifecycle=SURGE,
+                                 values=values)
+    scenario.fault("imagepull", image="sglang:bad")
+    change(image="sglang:bad")
+    scenario.until(lambda s: bool(s.events("RevisionHeld")))
+    scenario.until_idle()
+    target = scenario.replica(NAME)["spec"]["revision"]
+    stalled = next(c for c in scenario.status(NAME)["conditions"]
+                   if c["type"] == "RolloutStalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "RevisionHeld")
+    hold = scenario.status(NAME)["rolloutHold"]
+    assert hold is not None
+    assert (hold["gate"], hold["target"]) == ("Held", target)
+    assert hold["reason"] == f"revision {target} is held after 1 failed attempt"
+    assert all(r["revision"] != target for r in rows(scenario).values())
+    change(image="sglang:v1")
+    scenario.until(lambda s: s.status(NAME)["rolloutHold"] is None)
