@@ -77,6 +77,9 @@ class NotARegularFile(Exception):
         self.message = message
 
 
+_CHUNK = 1 << 20
+
+
 def read_limited(path: Path | str, max_bytes: int) -> bytes:
     """The bytes of a regular file of at most ``max_bytes``; NotARegularFile for anything else.
 
@@ -99,7 +102,16 @@ def read_limited(path: Path | str, max_bytes: int) -> bytes:
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(max_bytes + 1)
+        # A read asks for a buffer of the size it is given: the file's size (and one byte
+        # more, to see it grow), never the limit, which may be more than the memory allowed.
+        data = handle.read(info.st_size + 1)
+        if len(data) > info.st_size:  # it grows while being read: the rest, a chunk at a time
+            chunks = [data]
+            read = len(data)
+            while read <= max_bytes and (chunk := handle.read(min(_CHUNK, max_bytes + 1 - read))):
+                chunks.append(chunk)
+                read += len(chunk)
+            data = b"".join(chunks)
     if len(data) > max_bytes:  # it grew while being read
         raise NotARegularFile(f"file is larger than the limit of {max_bytes} bytes")
     return data
