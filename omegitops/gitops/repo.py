@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from omegitops.gitops.credentials import git_environment, redact, resolve
-from omegitops.gitops.gitcmd import Git, clone
+from omegitops.gitops.gitcmd import Git, GitError, clone
 from omegitops.util.errors import InputError, UsageError
 from omegitops.util.extras import require
 
@@ -110,8 +110,12 @@ def _in_place(folder: str, branch: str | None, path: str | None, writable: bool)
 
 
 def _head(runner: Git) -> str | None:
-    """The commit checked out; None in a repository with no commit yet."""
-    status, out, _ = runner.attempt("rev-parse", "--verify", "-q", "HEAD")
+    """The commit checked out; None in a repository with no commit yet. A git that
+    cannot run here at all (``GIT_CONFIG_COUNT=abc`` in the environment, a broken
+    config) is refused now, before the cluster is touched, not at the report's commit."""
+    status, out, err = runner.attempt("rev-parse", "--verify", "-q", "HEAD")
+    if status != 0 and err.strip():  # -q: no commit yet is said by the status alone
+        raise GitError(runner.failure(("rev-parse",), out, err))
     return (out.strip() or None) if status == 0 else None
 
 

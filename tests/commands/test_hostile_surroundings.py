@@ -41,3 +41,48 @@ def test_a_simulated_cluster_opens_under_a_3_gib_address_space_limit(tmp_path):
 
     run = omegitops("sim", "show", "--cluster", spec, preexec_fn=limit_memory)
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_standard_output_on_a_full_device_is_one_line_and_exit_1():
+    with open("/dev/full", "w") as full:
+        run = omegitops("validate", "--repo", str(EXAMPLES), stdout=full)
+    assert run.returncode == 1
+    no_traceback(run)
+    assert run.stderr == "omegitops: error: cannot write the output: No space left on device\n"
+
+
+def test_a_path_the_output_encoding_cannot_show_is_escaped(tmp_path):
+    folder = tmp_path / "dépôt"
+    run = omegitops("validate", "--repo", str(folder), env={"PYTHONIOENCODING": "ascii"})
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "d\\xe9p\\xf4t" in run.stdout + run.stderr
+
+
+def test_a_repository_path_too_long_for_the_system_is_named_short(tmp_path):
+    run = omegitops("reconcile", "--repo", "a" * 100_000,
+                    "--cluster", f"sim:{tmp_path / 'c.json'}")
+    assert run.returncode == 1
+    no_traceback(run)
+    assert "File name too long" in run.stderr and "(100000 characters)" in run.stderr
+    assert len(run.stderr) < 500
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_git_that_refuses_its_environment_is_a_git_error_before_the_cluster(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    environment = {"GIT_CONFIG_COUNT": "abc"}
+    run = omegitops("reconcile", "--repo", str(repo), "--commit",
+                    "--cluster", f"sim:{tmp_path / 'c.json'}", env=environment)
+    assert run.returncode == 1
+    no_traceback(run)
+    assert run.stderr.startswith("omegitops: error: git ") and "GIT_CONFIG_COUNT" in run.stderr
+    assert not (tmp_path / "c.json").exists()  # refused before the cluster was touched
+    cloned = omegitops("reconcile", "--repo", repo.as_uri(),
+                       "--cluster", f"sim:{tmp_path / 'c.json'}", env=environment)
+    assert cloned.returncode == 1
+    no_traceback(cloned)
+    assert "cannot clone" in cloned.stderr and "GIT_CONFIG_COUNT" in cloned.stderr
