@@ -17,7 +17,7 @@ import sys
 from omegitops import __version__
 from omegitops.app.stopping import Interrupted, interrupted_by, orderly_stop
 from omegitops.commands import COMMANDS
-from omegitops.util.errors import OmegitopsError, UsageError
+from omegitops.util.errors import OmegitopsError, UsageError, os_error_text
 
 log = logging.getLogger("omegitops")
 
@@ -134,22 +134,6 @@ def _run(args: argparse.Namespace) -> int:
         else:
             print(f"omegitops: error: {os_error_text(err)}", file=sys.stderr)
         return 1
-
-
-# A path in a message is cut to this many characters: a 100,000-character argument
-# must not fill the terminal.
-SHOWN_PATH_CHARS = 200
-
-
-def os_error_text(err: OSError) -> str:
-    """One line for an OSError: the path (cut short when long), then the system's words."""
-    reason = err.strerror or str(err)
-    if err.filename is None:
-        return reason
-    path = os.fsdecode(err.filename) if isinstance(err.filename, bytes) else str(err.filename)
-    if len(path) > SHOWN_PATH_CHARS:
-        path = f"{path[:SHOWN_PATH_CHARS // 2]}...{path[-40:]} ({len(path)} characters)"
-    return f"{path}: {reason}"
 
 
 def _stdout_refuses() -> bool:

@@ -29,6 +29,23 @@ def replace_atomically(path: Path, data: bytes, mode: int | None = None) -> None
     _fsync_dir(path.parent)
 
 
+def unwritable_folder(folder: Path) -> OSError | None:
+    """Why no file can be written into ``folder`` (or, while it does not exist, into the
+    nearest folder above it, where it would be made), or None: a file is created there
+    and removed. Asked before a run touches anything, so that a read-only or missing
+    mount fails the run at its start, not once its work is done."""
+    existing = folder
+    try:
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        fd, probe = tempfile.mkstemp(prefix=".omegitops-probe-", dir=existing)
+    except OSError as err:
+        return err
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
 def _fsync_dir(folder: Path) -> None:
     # Some file systems refuse to fsync a folder, which is harmless here.
     try:

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, REPO_ROOT
+from tests.conftest import EXAMPLES, REPO_ROOT
 
 
 def omegitops(*args: str, env: dict[str, str] | None = None, stdout=subprocess.PIPE,
               preexec_fn=None, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python3 -m omegitops ARGS`` with this tree first on the path."""
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "omegitops", *args], env=environment,
+    return subprocess.run([sys.executable, "-m", "omegitops", *args], env=environment, check=False,
                           stdout=stdout, stderr=subprocess.PIPE, text=True,
                           preexec_fn=preexec_fn, timeout=timeout)
 

@@ -33,8 +33,8 @@ from typing import IO
 
 from omegitops.cluster.errors import LockHeld
 from omegitops.util import files
-from omegitops.util.errors import ClusterError
-from omegitops.util.files import replace_atomically
+from omegitops.util.errors import ClusterError, os_error_text
+from omegitops.util.files import replace_atomically, unwritable_folder
 from omegitops.util.times import parse_time
 
 VERSION = 1
@@ -132,7 +132,21 @@ def save_state(path: Path, state: dict) -> None:
     """
     # Serialise first (compact, and faster than json.dump's many small writes): an object
     # that is not JSON then fails before any file exists.
-    replace_atomically(path, json.dumps(state, separators=(",", ":")).encode())
+    data = json.dumps(state, separators=(",", ":")).encode()
+    try:
+        replace_atomically(path, data)
+    except OSError as err:
+        raise ClusterError(f"the simulated cluster could not be saved: {os_error_text(err)}; "
+                           f"{path} keeps its state from before") from err
+
+
+def check_writable(path: Path) -> None:
+    """Refuse, before anything is done, a state file whose folder cannot take the
+    save at the end (read-only, a file where the folder should be, no such mount)."""
+    refused = unwritable_folder(path.parent)
+    if refused is not None:
+        raise ClusterError(f"{path}: the simulated cluster cannot be saved there "
+                           f"({refused.strerror or refused}); nothing was done")
 
 
 class FileLock:
@@ -148,9 +162,17 @@ class FileLock:
         self._file: IO[str] | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # "a+" neither truncates nor fails: the holder's pid stays readable until we own it.
-        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
+        folder = self.path.parent
+        if folder.is_file():
+            raise ClusterError(f"{folder} is a file, not a folder: no simulated cluster can "
+                               "be kept there; nothing was done")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            # "a+" neither truncates nor fails: the holder's pid stays readable until we own it.
+            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
+        except OSError as err:
+            raise ClusterError(f"cannot lock the simulated cluster: {os_error_text(err)}; "
+                               "nothing was done") from err
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
