@@ -7,7 +7,6 @@ import contextlib
 import logging
 import signal
 import sys
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import cast
@@ -24,6 +23,7 @@ from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
 from omegitops.report.views import replica_view
 from omegitops.util.errors import InputError, UsageError, print_errors
+from omegitops.util.files import temporary_folder
 
 log = logging.getLogger("omegitops")
 # Where --commit puts the report when --report-dir is not given (relative to the repository).
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             log.info("shard %s: %d components", shard, len(items))
         # On a report branch the manifests' tree is only read: the report is written
         # aside, and committed from there.
-        aside = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="omegitops-"))) \
+        aside = Path(stack.enter_context(temporary_folder("omegitops-"))) \
             if folder and args.report_branch else None
         top = aside or repo.root
         report_dir = top / folder if folder else args.report_dir

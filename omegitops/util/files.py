@@ -3,10 +3,15 @@ read with their size known first."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+from omegitops.util.signalmask import signals_held
 
 
 def replace_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
@@ -44,6 +49,23 @@ def unwritable_folder(folder: Path) -> OSError | None:
     os.close(fd)
     os.unlink(probe)
     return None
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str, dir: Path | str | None = None) -> Iterator[Path]:
+    """A new folder under ``dir`` (default: ``$TMPDIR``), removed with all it holds when
+    the block ends, on every path out of it. Making it and removing it are never cut
+    in half by SIGINT or SIGTERM (which the orderly stop turns into exceptions): the
+    signal is delivered once the folder is gone, so none is left behind."""
+    folder: Path | None = None
+    try:
+        with signals_held():  # a signal is delivered as the block ends: ``folder`` is set
+            folder = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
+        yield folder
+    finally:
+        if folder is not None:
+            with signals_held():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -86,3 +86,14 @@ def test_a_git_that_refuses_its_environment_is_a_git_error_before_the_cluster(tm
     assert cloned.returncode == 1
     no_traceback(cloned)
     assert "cannot clone" in cloned.stderr and "GIT_CONFIG_COUNT" in cloned.stderr
+
+
+def test_a_bad_git_config_count_beside_a_token_is_a_git_error(tmp_path):
+    # With credentials, the run adds its own settings after the ones already counted.
+    run = omegitops("reconcile", "--repo", "https://127.0.0.1:9/org/repo.git",
+                    "--cluster", f"sim:{tmp_path / 'c.json'}",
+                    env={"GIT_CONFIG_COUNT": "abc", "GIT_TOKEN": "s3cr3t-token"})
+    assert run.returncode == 1
+    no_traceback(run)
+    assert "GIT_CONFIG_COUNT='abc' in the environment is not a count" in run.stderr
+    assert "s3cr3t-token" not in run.stderr
