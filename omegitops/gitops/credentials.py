@@ -219,10 +219,10 @@ def git_environment(url: str, credentials: Credentials | None,
     # Append to any GIT_CONFIG_* the caller already uses rather than replace it.
     count = current.get("GIT_CONFIG_COUNT", "").strip() or "0"
     if not count.isdigit():
-        from omegitops.gitops.gitcmd import GitError
+        from omegitops.util.errors import InputError
 
         # git itself refuses every command with it ("bogus count in GIT_CONFIG_COUNT").
-        raise GitError(f"GIT_CONFIG_COUNT={count[:40]!r} in the environment is not a count "
+        raise InputError(f"GIT_CONFIG_COUNT={count[:40]!r} in the environment is not a count "
                        "of settings; git refuses to run with it; nothing was cloned")
     start = int(count)
     for offset, value in enumerate(("", HELPER)):
