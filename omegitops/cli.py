@@ -8,6 +8,7 @@ takes the parsed arguments and returns the exit code.
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import signal
@@ -16,7 +17,7 @@ import sys
 from omegitops import __version__
 from omegitops.app.stopping import Interrupted, interrupted_by, orderly_stop
 from omegitops.commands import COMMANDS
-from omegitops.util.errors import OmegitopsError, UsageError
+from omegitops.util.errors import OmegitopsError, UsageError, os_error_text
 
 log = logging.getLogger("omegitops")
 
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # a usage error (2), or --help and --version (0)
         return exit_.code if isinstance(exit_.code, int) else 2
+    _tolerant_output()
     _log_to_stderr(logging.DEBUG if args.verbose else logging.INFO)
     with orderly_stop() as stop:
         if stop.signum is not None:  # before the command started
@@ -120,6 +122,43 @@ def _run(args: argparse.Namespace) -> int:
         # interpreter's own flush at exit stays quiet.
         _stdout_to_devnull()
         return 1
+    except OSError as err:
+        # The last boundary for what the system refused and no module reported in its
+        # own words: standard output on a full disk (`> /dev/full`), a path the kernel
+        # finds too long, a folder that cannot be written.
+        log.debug("failed", exc_info=True)
+        if err.filename is None and _stdout_refuses():
+            print(f"omegitops: error: cannot write the output: {err.strerror or err}",
+                  file=sys.stderr)
+            _stdout_to_devnull()
+        else:
+            print(f"omegitops: error: {os_error_text(err)}", file=sys.stderr)
+        return 1
+
+
+def _stdout_refuses() -> bool:
+    """Whether standard output cannot be written: what waits in its buffer cannot be
+    flushed, or an empty write fails (``/dev/full`` refuses even that)."""
+    try:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), b"")
+    except io.UnsupportedOperation:  # a test's capture, not a real stream
+        return False
+    except OSError:
+        return True
+    except (AttributeError, ValueError):  # closed, or no file behind it
+        return False
+    return False
+
+
+def _tolerant_output() -> None:
+    """Characters the output's encoding cannot show (a repository path with a `ü` on an
+    ASCII or `LC_ALL=C` terminal) are escaped, as Python escapes them on stderr,
+    instead of failing the command after its work was done."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            reconfigure(errors="backslashreplace")
 
 
 def _stdout_to_devnull() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 from omegitops.commands.common import report_folder
@@ -20,6 +19,7 @@ from omegitops.gitops.branch import check_report_branch, publish_report
 from omegitops.gitops.repo import report_path
 from omegitops.report.status import JSON_FILE, merge_reports, write_built_report
 from omegitops.util.errors import InputError, UsageError
+from omegitops.util.files import temporary_folder
 
 DEFAULT_REPORT_DIR = "status"
 
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     folder = report_path(args.report_dir or DEFAULT_REPORT_DIR)
     with checkout(args.repo, args.branch, None, writable=True) as repo, \
-            tempfile.TemporaryDirectory(prefix="omegitops-") as aside:
+            temporary_folder("omegitops-") as aside:
         # On a report branch the manifests' tree is only read: the report is built aside.
         if args.report_branch is not None:
             check_report_branch(repo, args.report_branch)

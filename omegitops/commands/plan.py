@@ -21,7 +21,6 @@ import argparse
 import json
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,6 +45,7 @@ from omegitops.preview.forecast import DEFAULT_BUDGET_SECONDS, assumptions, fore
 from omegitops.preview.planning import Planned, plan_components
 from omegitops.preview.planview import plan_document, render_markdown
 from omegitops.util.errors import UsageError, print_errors
+from omegitops.util.files import temporary_folder
 from omegitops.util.times import format_time
 
 NO_CLUSTER = "none"
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     items = resolved_components(loaded)
     budget = None if args.no_forecast else args.forecast_seconds
-    with tempfile.TemporaryDirectory(prefix="omegitops-plan-") as scratch:
+    with temporary_folder("omegitops-plan-") as scratch:
         if args.base is not None:
             cluster, (planned, removed), outlook, skipped = _plan_from_base(
                 args, items, Path(scratch), budget, args.cadence)

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import signal
 import sys
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import cast
@@ -24,6 +23,7 @@ from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
 from omegitops.report.views import replica_view
 from omegitops.util.errors import InputError, UsageError, print_errors
+from omegitops.util.files import temporary_folder
 
 log = logging.getLogger("omegitops")
 # Where --commit puts the report when --report-dir is not given (relative to the repository).
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             log.info("shard %s: %d components", shard, len(items))
         # On a report branch the manifests' tree is only read: the report is written
         # aside, and committed from there.
-        aside = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="omegitops-"))) \
+        aside = Path(stack.enter_context(temporary_folder("omegitops-"))) \
             if folder and args.report_branch else None
         top = aside or repo.root
         report_dir = top / folder if folder else args.report_dir
@@ -152,7 +152,6 @@ def _size_a_new_simulated_cluster(spec: str, fleet) -> None:
     path = Path(sim_path(spec))
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     pools = sized_pools(fleet())
     SimCluster.init(path, pools=pools)
     log.info("%s: a new simulated cluster sized to fit the repository: %s", spec,
@@ -164,14 +163,23 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
                revision: str | None = None, shard: Shard | None = None) -> int:
     """The run's passes, report and table."""
     prune, refused = pruning(args.prune, loaded)
+    from omegitops.report.status import ReportNotWritten, write_report
+
+    unwritten: ReportNotWritten | None = None
     with open_cluster(args.cluster, shard=shard) as cluster:
         outcome = run_passes(cluster, items, loaded, until_idle=args.until_idle,
                              max_seconds=args.max_seconds, prune=prune, refused=refused)
         if report_dir:
-            from omegitops.report.status import write_report
-
-            write_report(report_dir, loaded, cluster, repository=repository,
-                         revision=revision, replicas=outcome.replicas)
+            try:
+                write_report(report_dir, loaded, cluster, repository=repository,
+                             revision=revision, replicas=outcome.replicas)
+            except ReportNotWritten as err:
+                # Said once the cluster is closed: what the passes applied is kept (a
+                # simulated cluster saves it), as on a real cluster.
+                unwritten = err
+    if unwritten is not None:
+        raise ReportNotWritten(f"{unwritten}; what the run applied is kept, and the next "
+                               "run writes the report") from unwritten
     replicas = [replica_view(r) for r in outcome.replicas]
     print(replica_table(replicas, cast(datetime, outcome.now), namespaces=True))
     return _exit_code(outcome, loaded, bool(report_dir))

@@ -31,6 +31,7 @@ from omegitops.gitops.push import (
     RETRIES,
     PushError,
     Target,
+    raced,
     remote_says,
     remote_target,
 )
@@ -73,9 +74,9 @@ def commit_report_branch(checkout: Checkout, target: Target | None, folder: Pure
             log.info("pushed the status report to %s", target)
             return sha
         refs = [line for line in out.splitlines() if line.startswith("!")]
-        detail = refs[0].split("\t")[-1] if refs else one_line(err)
+        detail = one_line(refs[0].split("\t")[-1]) if refs else one_line(err)
         reason = git.scrub(remote_says(detail or f"git push exited {status}", err))
-        if not any("[rejected]" in line for line in refs):
+        if not raced(refs, err):
             break
     raise PushError(git.scrub(f"could not push the status report to {target}: {reason}; "
                               f"{NOTHING_LOST}"))

@@ -61,12 +61,44 @@ def ambiguous_userinfo(url: str) -> bool:
     return "@" in head and "/" in head[:head.rindex("@")]
 
 
+# A URL's query in a text: after "?" up to a space, a quote or "#". Its values are
+# hidden whole (``?access_token=***&ref=***``): a token travels there as often as in
+# the user part, and no value of a repository URL's query is needed to tell it apart.
+QUERY = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"?#]*)\?(?P<query>[^\s'\"#]*)")
+
+
+def _hidden_query(query: str) -> str:
+    return "&".join(f"{pair.partition('=')[0]}={HIDDEN}" if "=" in pair else HIDDEN
+                    for pair in query.split("&"))
+
+
+def query_values(url: str) -> list[str]:
+    """The values of ``url``'s query, as written and decoded: secrets to scrub from
+    whatever git prints, since git is given the URL with its query."""
+    try:
+        query = urlsplit(url).query
+    except ValueError:
+        query = url.partition("?")[2].partition("#")[0]
+    values = [pair.partition("=")[2] or pair for pair in query.split("&") if pair]
+    return [v for value in values for v in {value, unquote(value)} if len(v) >= 4]
+
+
 def redact(url: str) -> str:
-    """``url`` fit to show: any ``user:password@`` (or token ``@``) becomes ``***@``.
+    """``url`` fit to show: any ``user:password@`` (or token ``@``) becomes ``***@``,
+    and each value of its query ``***``.
 
     An ssh user name without a password (``ssh://git@host/x``) is not a secret
     and is kept; scp-like ``git@host:path`` has no scheme and is left alone.
     """
+    return _redact_query(_redact_userinfo(url))
+
+
+def _redact_query(text: str) -> str:
+    return QUERY.sub(lambda m: f"{m['head']}?{_hidden_query(m['query'])}"
+                     if m["query"] else m[0], text)
+
+
+def _redact_userinfo(url: str) -> str:
     if ambiguous_userinfo(url):
         scheme, _, rest = url.partition("://")
         head, tail = cast(re.Match[str], re.match(r"([^?#]*)(.*)", rest, re.DOTALL)).groups()
@@ -86,7 +118,7 @@ def redact(url: str) -> str:
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` (e.g. git's stderr) with URL credentials and known secret values hidden."""
-    text = USERINFO.sub(lambda m: f"{m['scheme']}{HIDDEN}@", text)
+    text = _redact_query(USERINFO.sub(lambda m: f"{m['scheme']}{HIDDEN}@", text))
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(secret, HIDDEN)
     return text
@@ -185,7 +217,14 @@ def git_environment(url: str, credentials: Credentials | None,
     scope = f"{parts.scheme}://{parts.netloc}"
     current = os.environ if environ is None else environ
     # Append to any GIT_CONFIG_* the caller already uses rather than replace it.
-    start = int(current.get("GIT_CONFIG_COUNT", "0") or 0)
+    count = current.get("GIT_CONFIG_COUNT", "").strip() or "0"
+    if not count.isdigit():
+        from omegitops.util.errors import InputError
+
+        # git itself refuses every command with it ("bogus count in GIT_CONFIG_COUNT").
+        raise InputError(f"GIT_CONFIG_COUNT={count[:40]!r} in the environment is not a count "
+                       "of settings; git refuses to run with it; nothing was cloned")
+    start = int(count)
     for offset, value in enumerate(("", HELPER)):
         env[f"GIT_CONFIG_KEY_{start + offset}"] = f"credential.{scope}.helper"
         env[f"GIT_CONFIG_VALUE_{start + offset}"] = value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -90,9 +91,42 @@ def clone(url: str, target: Path, branch: str | None, env: Mapping[str, str],
                              secrets))
 
 
+# What of git's (or a remote's) words a message keeps: the end, where the reason is.
+MAX_LINES = 20
+MAX_CHARS = 2000
+# ANSI escape sequences (colours, cursor moves, OSC titles), then any control character
+# left: a remote's hook must not repaint the terminal or forge lines of the job's log.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without escape sequences and control characters (tabs kept as spaces)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text.replace("\t", " ")))
+
+
+def bounded_lines(lines: list[str]) -> list[str]:
+    """The last lines of a long message, within MAX_LINES and MAX_CHARS, with a first
+    line saying how many were left out."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines[-MAX_LINES:]):
+        if size + len(line) > MAX_CHARS:
+            if not kept:  # one line longer than all: its end
+                kept.append("..." + line[-(MAX_CHARS - 3):])
+            break
+        kept.append(line)
+        size += len(line)
+    kept.reverse()
+    cut = len(lines) - len(kept)
+    return [f"[{cut} earlier line{'s' if cut != 1 else ''} left out]", *kept] if cut else kept
+
+
 def one_line(text: str) -> str:
-    """git's (possibly multi-line) message as one line for an error."""
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+    """git's (possibly multi-line) message as one line for an error: printable, and its
+    end only when it is long."""
+    lines = [line.strip() for line in printable(text.replace("\r", "\n")).splitlines()]
+    return " ".join(bounded_lines([line for line in lines if line]))
 
 
 def _verb(args: Iterable[str]) -> str:

@@ -27,7 +27,7 @@ from omegitops.gitops.commit import (
     record,
 )
 from omegitops.gitops.credentials import redact
-from omegitops.gitops.gitcmd import Git, GitError, one_line
+from omegitops.gitops.gitcmd import Git, GitError, bounded_lines, one_line, printable
 from omegitops.gitops.repo import Checkout
 from omegitops.report.status import JSON_FILE
 
@@ -111,11 +111,26 @@ def _push_once(git: Git, target: Target) -> tuple[bool, bool, str]:
     if status == 0:
         return True, False, ""
     refs = [line for line in out.splitlines() if line.startswith("!")]
-    # "[rejected] (fetch first)" or "(non-fast-forward)": others pushed meanwhile.
-    # "[remote rejected]" is a hook or a protection rule: retrying cannot help.
-    moved = any("[rejected]" in line for line in refs)
-    detail = refs[0].split("\t")[-1] if refs else one_line(err)
-    return False, moved, git.scrub(remote_says(detail or f"git push exited {status}", err))
+    detail = one_line(refs[0].split("\t")[-1]) if refs else one_line(err)
+    return False, raced(refs, err), git.scrub(remote_says(detail or f"git push exited {status}",
+                                                     err))
+
+
+# A remote that could not lock or update the branch because another push was updating
+# it at that moment: a race, as "[rejected]" is, not a rule. The ref's line says it
+# (newer git), or says "failed to update ref" and the remote's words say why (older).
+RACE_REASONS = ("cannot lock ref", "incorrect old value provided")
+
+
+def raced(refs: list[str], err: str) -> bool:
+    """Whether git's refused refs (``--porcelain`` lines starting "!") say the remote
+    moved: "[rejected] (fetch first)" or "(non-fast-forward)" when others pushed
+    meanwhile, or a "[remote rejected]" for a ref another push held locked. Any other
+    "[remote rejected]" is a hook or a protection rule: retrying cannot help."""
+    def locked(line: str) -> bool:
+        return any(race in line for race in RACE_REASONS) or (
+            "failed to update ref" in line and any(race in err for race in RACE_REASONS))
+    return any("[rejected]" in line or locked(line) for line in refs)
 
 
 def _deleted(git: Git, target: Target) -> bool:
@@ -129,9 +144,10 @@ def _deleted(git: Git, target: Target) -> bool:
 def remote_says(detail: str, err: str) -> str:
     """git's reason for a refused push, with what the remote's hook said (its
     ``remote:`` lines), which names the rule that refused it."""
-    said = [line.removeprefix("remote:").strip() for line in err.splitlines()
-            if line.startswith("remote:") and line.removeprefix("remote:").strip()]
-    return f"{detail} (the remote says: {'; '.join(said[:3])})" if said else detail
+    said = [printable(line.removeprefix("remote:")).strip() for line in err.splitlines()
+            if line.startswith("remote:")]
+    said = bounded_lines([line for line in said if line])
+    return f"{detail} (the remote says: {'; '.join(said)})" if said else detail
 
 
 def _catch_up(git: Git, target: Target, commit: ReportCommit) -> ReportCommit:

@@ -8,17 +8,16 @@ manifests, the ``.git`` folder) outlives the run.
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from omegitops.gitops.credentials import git_environment, redact, resolve
-from omegitops.gitops.gitcmd import Git, clone
+from omegitops.gitops.credentials import git_environment, query_values, redact, resolve
+from omegitops.gitops.gitcmd import Git, GitError, clone
 from omegitops.util.errors import InputError, UsageError
 from omegitops.util.extras import require
+from omegitops.util.files import temporary_folder
 
 # Anything with a scheme (https://, ssh://, file://, git://), or scp-like user@host:path.
 URL = re.compile(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://|[\w.-]+@[\w.-]+:)")
@@ -69,20 +68,20 @@ def _cloned(url: str, branch: str | None, path: str | None,
     clean, credentials = resolve(url)
     env = git_environment(clean, credentials)
     secrets = [credentials.password] if credentials else []
+    secrets += query_values(clean)
     shown = redact(url)
-    parent = Path(tempfile.mkdtemp(prefix="omegitops-", dir=workdir))
-    runner = None
-    try:
-        target = parent / "repo"
-        clone(clean, target, branch, env, secrets, shown)
-        runner = Git(target, env, secrets)
-        cloned = branch or runner("rev-parse", "--abbrev-ref", "HEAD").strip()
-        yield Checkout(root=target, manifests=_subfolder(target, path), shown=shown,
-                       git=runner, cloned=True, branch=cloned, revision=_head(runner))
-    finally:
-        if runner is not None:
-            runner.close()
-        shutil.rmtree(parent, ignore_errors=True)
+    with temporary_folder("omegitops-", workdir) as parent:
+        runner = None
+        try:
+            target = parent / "repo"
+            clone(clean, target, branch, env, secrets, shown)
+            runner = Git(target, env, secrets)
+            cloned = branch or runner("rev-parse", "--abbrev-ref", "HEAD").strip()
+            yield Checkout(root=target, manifests=_subfolder(target, path), shown=shown,
+                           git=runner, cloned=True, branch=cloned, revision=_head(runner))
+        finally:
+            if runner is not None:  # its helper processes stop before the clone goes
+                runner.close()
 
 
 def _in_place(folder: str, branch: str | None, path: str | None, writable: bool) -> Checkout:
@@ -110,8 +109,12 @@ def _in_place(folder: str, branch: str | None, path: str | None, writable: bool)
 
 
 def _head(runner: Git) -> str | None:
-    """The commit checked out; None in a repository with no commit yet."""
-    status, out, _ = runner.attempt("rev-parse", "--verify", "-q", "HEAD")
+    """The commit checked out; None in a repository with no commit yet. A git that
+    cannot run here at all (``GIT_CONFIG_COUNT=abc`` in the environment, a broken
+    config) is refused now, before the cluster is touched, not at the report's commit."""
+    status, out, err = runner.attempt("rev-parse", "--verify", "-q", "HEAD")
+    if status != 0 and err.strip():  # -q: no commit yet is said by the status alone
+        raise GitError(runner.failure(("rev-parse",), out, err))
     return (out.strip() or None) if status == 0 else None
 
 

@@ -61,8 +61,8 @@ from omegitops.report.views import (
     replica_view,
     sort_events,
 )
-from omegitops.util.errors import OmegitopsError
-from omegitops.util.files import replace_atomically
+from omegitops.util.errors import OmegitopsError, os_error_text
+from omegitops.util.files import replace_atomically, unwritable_folder
 from omegitops.util.gcpause import without_gc_pauses
 from omegitops.util.times import format_time, parse_time
 
@@ -567,7 +567,14 @@ def report_dir_problem(report_dir: str | os.PathLike, base: Path | None = None) 
     for name in (JSON_FILE, MARKDOWN_FILE):
         if (target / name).is_dir():
             return f"{shown(target / name)} is a folder, not a file"
+    refused = unwritable_folder(target)
+    if refused is not None:
+        return f"{shown(target)} cannot be written ({refused.strerror or refused})"
     return None
+
+
+class ReportNotWritten(OmegitopsError):
+    """The report's files could not be written (a full disk, a folder made read-only)."""
 
 
 def write_report(report_dir: str | os.PathLike, loaded: Loaded, cluster: Any,
@@ -596,9 +603,13 @@ def write_built_report(report_dir: str | os.PathLike, report: dict) -> dict:
     validate_report(report)
     markdown = render_markdown(report)
     target = Path(report_dir)
-    target.mkdir(parents=True, exist_ok=True)
-    write_atomic(target / JSON_FILE, render_json(report))
-    write_atomic(target / MARKDOWN_FILE, markdown)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        write_atomic(target / JSON_FILE, render_json(report))
+        write_atomic(target / MARKDOWN_FILE, markdown)
+    except OSError as err:
+        raise ReportNotWritten(f"the report could not be written: {os_error_text(err)}") \
+            from err
     return report
 
 

@@ -3,10 +3,15 @@ read with their size known first."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+from omegitops.util.signalmask import signals_held
 
 
 def replace_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
@@ -27,6 +32,40 @@ def replace_atomically(path: Path, data: bytes, mode: int | None = None) -> None
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def unwritable_folder(folder: Path) -> OSError | None:
+    """Why no file can be written into ``folder`` (or, while it does not exist, into the
+    nearest folder above it, where it would be made), or None: a file is created there
+    and removed. Asked before a run touches anything, so that a read-only or missing
+    mount fails the run at its start, not once its work is done."""
+    existing = folder
+    try:
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        fd, probe = tempfile.mkstemp(prefix=".omegitops-probe-", dir=existing)
+    except OSError as err:
+        return err
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str, dir: Path | str | None = None) -> Iterator[Path]:
+    """A new folder under ``dir`` (default: ``$TMPDIR``), removed with all it holds when
+    the block ends, on every path out of it. Making it and removing it are never cut
+    in half by SIGINT or SIGTERM (which the orderly stop turns into exceptions): the
+    signal is delivered once the folder is gone, so none is left behind."""
+    folder: Path | None = None
+    try:
+        with signals_held():  # a signal is delivered as the block ends: ``folder`` is set
+            folder = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
+        yield folder
+    finally:
+        if folder is not None:
+            with signals_held():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -77,6 +116,9 @@ class NotARegularFile(Exception):
         self.message = message
 
 
+_CHUNK = 1 << 20
+
+
 def read_limited(path: Path | str, max_bytes: int) -> bytes:
     """The bytes of a regular file of at most ``max_bytes``; NotARegularFile for anything else.
 
@@ -99,7 +141,16 @@ def read_limited(path: Path | str, max_bytes: int) -> bytes:
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(max_bytes + 1)
+        # A read asks for a buffer of the size it is given: the file's size (and one byte
+        # more, to see it grow), never the limit, which may be more than the memory allowed.
+        data = handle.read(info.st_size + 1)
+        if len(data) > info.st_size:  # it grows while being read: the rest, a chunk at a time
+            chunks = [data]
+            read = len(data)
+            while read <= max_bytes and (chunk := handle.read(min(_CHUNK, max_bytes + 1 - read))):
+                chunks.append(chunk)
+                read += len(chunk)
+            data = b"".join(chunks)
     if len(data) > max_bytes:  # it grew while being read
         raise NotARegularFile(f"file is larger than the limit of {max_bytes} bytes")
     return data

@@ -40,7 +40,13 @@ from omegitops.cluster.sim.podstatus import (
     render_unscheduled,
     set_condition,
 )
-from omegitops.cluster.sim.store import FileLock, fresh_state, load_state, save_state
+from omegitops.cluster.sim.store import (
+    FileLock,
+    check_writable,
+    fresh_state,
+    load_state,
+    save_state,
+)
 from omegitops.cluster.sim.timeline import Timeline
 from omegitops.model import podrules
 from omegitops.util.errors import ClusterError
@@ -118,6 +124,7 @@ class SimCluster(Cluster):
     def __enter__(self) -> Self:
         self._lock.acquire()
         try:
+            check_writable(self.path)
             state = load_state(self.path)
             if state is None:
                 state = _fresh_cluster_state(default_pools(), False)

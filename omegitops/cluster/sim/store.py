@@ -25,16 +25,18 @@ Objects stay Kubernetes-shaped; everything the simulator needs besides them
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 from typing import IO
 
 from omegitops.cluster.errors import LockHeld
 from omegitops.util import files
-from omegitops.util.errors import ClusterError
-from omegitops.util.files import replace_atomically
+from omegitops.util.errors import ClusterError, os_error_text
+from omegitops.util.files import replace_atomically, unwritable_folder
 from omegitops.util.times import parse_time
 
 VERSION = 1
@@ -92,10 +94,80 @@ def check_shape(state: object) -> None:
             meta = obj.get("metadata")
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
                 raise StateError(f"{kind} {key!r} has no metadata.name")
+            _check_fields(f"{kind} {key}.metadata", meta, _METADATA, required=False)
     sim = state["sim"]
     for key in ("pods", "nodes", "faults"):
         if not isinstance(sim.get(key), dict):
             raise StateError(f"'sim.{key}' is missing or not an object")
+    _check_fields("counters", state["counters"], _COUNTERS)
+    _check_fields("settings", state["settings"], _SETTINGS)
+    _check_fields("sim", sim, {"schedulerDirty": (bool, None)}, required=False)
+    _check_pods(state["objects"].get("Pod", {}), sim["pods"])
+    for name, nrec in sim["nodes"].items():
+        _check_fields(f"sim.nodes.{name}", nrec, _NODE_RECORD, required=False)
+    _check_fields("sim.faults", sim["faults"], _FAULTS)
+    for uid, flags in sim["faults"]["pods"].items():
+        if not isinstance(flags, dict):
+            raise StateError(f"'sim.faults.pods.{uid}' is not an object")
+
+
+# The fields the simulator reads by name, and the types it expects of them (a
+# hand-edited file is refused here, in one line, not deep in a pass with a traceback).
+_NUMBER = (int, float)
+_TIME = (int, float, type(None))
+_METADATA = {"namespace": str, "labels": dict, "annotations": dict, "uid": str}
+_COUNTERS = {"uid": int, "ip": int, "event": int}
+_SETTINGS = {"pullSeconds": _NUMBER}
+_NODE_RECORD = {"images": dict, "downSince": _TIME, "next": _TIME, "lost": bool,
+                "noExecuteSince": dict, "removed": _TIME}
+_FAULTS = {"pods": dict, "images": list, "cordoned": list}
+_POD_RECORD = {"node": (str, type(None)), "tried": bool, "message": str,
+               "ip": (str, type(None)), "startTime": _TIME, "init": int, "inits": list,
+               "containers": list, "terminating": _TIME, "deadline": _TIME,
+               "evicted": (dict, type(None)), "next": _TIME, "requests": dict}
+_CONTAINER_RECORD = {"name": str, "image": str, "phase": str, "since": _TIME,
+                     "until": _TIME, "startupAt": _TIME, "readyAt": _TIME, "stopAt": _TIME,
+                     "restarts": int, "backoff": _NUMBER, "pullBackoff": _NUMBER,
+                     "everStarted": bool, "stopping": bool}
+
+
+def _check_fields(where: str, record: object, fields: dict, required: bool = True) -> None:
+    """Each field of ``fields`` present (when ``required``) and of its type; a bool is
+    no number here, as it is for Python."""
+    if not isinstance(record, dict):
+        raise StateError(f"{where!r} is not an object")
+    for key, kinds in fields.items():
+        if key not in record:
+            if required:
+                raise StateError(f"'{where}.{key}' is missing")
+            continue
+        value = record[key]
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            raise StateError(f"'{where}.{key}' is {json.dumps(value)[:40]}, not {names}")
+
+
+def _check_pods(pods: dict, records: dict) -> None:
+    """Every Pod with a uid and containers, and one simulator record each, and back."""
+    uids = set()
+    for key, pod in pods.items():
+        uid = pod["metadata"].get("uid")
+        spec = pod.get("spec")
+        if not isinstance(uid, str):
+            raise StateError(f"Pod {key!r} has no metadata.uid")
+        if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list):
+            raise StateError(f"Pod {key!r} has no spec.containers")
+        if uid not in records:
+            raise StateError(f"Pod {key!r} has no record under 'sim.pods'")
+        uids.add(uid)
+    for uid, rec in records.items():
+        if uid not in uids:
+            raise StateError(f"'sim.pods.{uid}' is the record of no Pod")
+        _check_fields(f"sim.pods.{uid}", rec, _POD_RECORD)
+        for part in ("inits", "containers"):
+            for index, container in enumerate(rec[part]):
+                _check_fields(f"sim.pods.{uid}.{part}[{index}]", container, _CONTAINER_RECORD)
 
 
 # A simulated cluster of 10,000 services is a few hundred megabytes.
@@ -132,7 +204,36 @@ def save_state(path: Path, state: dict) -> None:
     """
     # Serialise first (compact, and faster than json.dump's many small writes): an object
     # that is not JSON then fails before any file exists.
-    replace_atomically(path, json.dumps(state, separators=(",", ":")).encode())
+    data = json.dumps(state, separators=(",", ":")).encode()
+    try:
+        replace_atomically(path, data)
+    except OSError as err:
+        raise ClusterError(f"the simulated cluster could not be saved: {os_error_text(err)}; "
+                           f"{path} keeps its state from before") from err
+
+
+def check_writable(path: Path) -> None:
+    """Refuse, before anything is done, a state file whose folder cannot take the
+    save at the end (read-only, a file where the folder should be, no such mount)."""
+    refused = unwritable_folder(path.parent)
+    if refused is not None:
+        raise ClusterError(f"{path}: the simulated cluster cannot be saved there "
+                           f"({refused.strerror or refused}); nothing was done")
+
+
+# How much of a held lock file is read for the holder's pid.
+_HOLDER_BYTES = 64
+
+
+def _lock_handle(path: Path, fd: int) -> IO[bytes]:
+    """The opened lock file, when it is a regular file (a folder cannot be opened for
+    writing; a FIFO or device here is no lock file either)."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ClusterError(f"{path}: the simulated cluster's lock file is not a regular file "
+                           "(a device, socket or pipe); remove it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "r+b", buffering=0)
 
 
 class FileLock:
@@ -145,24 +246,42 @@ class FileLock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # "a+" neither truncates nor fails: the holder's pid stays readable until we own it.
-        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
+        folder = self.path.parent
+        if folder.is_file():
+            raise ClusterError(f"{folder} is a file, not a folder: no simulated cluster can "
+                               "be kept there; nothing was done")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            # Neither truncated nor refused when it exists: the holder's pid stays readable
+            # until we own it. O_NOFOLLOW: a link planted in its place would have the pid
+            # written into whatever file it points at.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise ClusterError(f"{self.path}: the simulated cluster's lock file is a "
+                                   "symbolic link; refusing to write through it (remove "
+                                   "it)") from err
+            raise ClusterError(f"cannot lock the simulated cluster: {os_error_text(err)}; "
+                               "nothing was done") from err
+        handle = _lock_handle(self.path, fd)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "unknown"
+            # A pid is a few digits; whatever else a hand put there is not read whole.
+            holder = handle.read(_HOLDER_BYTES).decode("utf-8", "replace").strip()
             handle.close()
+            shown = holder if holder.isdigit() else "unknown"
             raise LockHeld(
-                f"{self.path}: the simulated cluster is in use by another process (pid {holder})"
+                f"{self.path}: the simulated cluster is in use by another process (pid {shown})"
             ) from None
         handle.seek(0)
         handle.truncate()
-        handle.write(f"{os.getpid()}\n")
+        handle.write(f"{os.getpid()}\n".encode())
         handle.flush()
         self._file = handle
 
