@@ -59,7 +59,7 @@ import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, cast
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ class _Folder:
             raise
 
 
-def _header(body: bytes) -> bytes:
+def _header(body: bytes | memoryview) -> bytes:
     digest = hashlib.blake2b(body, digest_size=16).hexdigest()
     return b"%s %d %s %s\n" % (MAGIC, FORMAT, code_fingerprint().encode(), digest.encode())
 
@@ -352,7 +352,8 @@ def _entries_of(data: bytes) -> _Entries:
             and all(isinstance(s, int) for s in used.values())):
         log.debug("load memo not read: its content is not shaped as written")
         return _Entries()
-    return _Entries(files=files, own=own, services=services, used=used, saves=saves)
+    return _Entries(files=cast(dict, files), own=own, services=cast(dict, services),
+                    used=used, saves=saves)
 
 
 def _mapping(value: Any, kind: type) -> bool:
