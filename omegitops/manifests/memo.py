@@ -25,25 +25,49 @@ within a run it serves every load (``plan --base`` loads the base and the head: 
 unchanged files are read once). A memo that cannot be read or written only costs the
 work it would have saved; with no folder (an empty ``OMEGITOPS_CACHE_DIR``, as the
 shipped pods start with nothing to keep) there is no memo, and nothing is kept for it.
+
+What is read from the folder is trusted no further than the folder: a memo another user
+could have written or planted is never read, and a folder another user could write
+into (other than one that is ours and sticky, where no one else can replace our file)
+is not used at all, with a warning. The memo file is opened without following a link,
+and read only when the opened file is a regular file of this user that no one else
+can write; it is written under a private temporary name in the folder and renamed
+over the old one, so no reader ever sees half of it.
+
+Its format is data, not code: marshal of plain values (dicts, lists, tuples, sets,
+strings, numbers, bytes, None), behind a header naming the format, the code's
+fingerprint and a digest of the body. Loading marshal data only builds values (it
+calls nothing; a code object, which this program never writes, would be only a value
+and fails the shape checks), unlike pickle, whose loading runs whatever callables the
+bytes name. Marshal rather than JSON because the memo holds bytes (each file's
+documents and each component's pod templates are kept as marshal bytes, decoded only
+when used) and is read whole at the start of every run: marshal reads it several times
+faster than ``json`` would, which is the memo's whole point. Marshal is not hardened
+against hostile bytes, which is why only a file of ours that no one else could write is
+read; the digest and the shape checks on each entry (``findings.py``) make a damaged
+memo a miss, not a crash.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import marshal
 import os
-import pickle
-import tempfile
+import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, cast
 
 log = logging.getLogger(__name__)
 
 # The memo's own layout; a change here makes older memos unreadable (and unread).
-FORMAT = 1
-FILE_NAME = "load-memo.pickle"
+FORMAT = 2
+FILE_NAME = "load-memo.marshal"
+# The file's first line: the format, the code's fingerprint and the body's digest.
+MAGIC = b"omegitops-load-memo"
 # Saves an entry may go unused before it is dropped: shards and branches that run
 # from one cache keep theirs, a file long gone does not stay for ever.
 KEEP_UNUSED_SAVES = 8
@@ -92,8 +116,8 @@ class _Entries:
     files: dict[str, bytes] = field(default_factory=dict)
     # (file key, place) of manifests whose own checks passed
     own: set[tuple[str, int]] = field(default_factory=set)
-    # service key -> (warnings, resolved, managed), or its pickle bytes as read
-    services: dict[str, Any] = field(default_factory=dict)
+    # service key -> its finding as ``findings.pack`` wrote it
+    services: dict[str, bytes] = field(default_factory=dict)
     # key -> the save at which it was last used
     used: dict[Any, int] = field(default_factory=dict)
     saves: int = 0
@@ -104,6 +128,8 @@ class LoadMemo:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        # Why the folder is not used (another user can write it), once found.
+        self.refused: str | None = None
         self._held: _Entries | None = None
         self._changed = False
         self.hits = 0
@@ -112,7 +138,7 @@ class LoadMemo:
     @property
     def _entries(self) -> _Entries:
         if self._held is None:
-            self._held = _read(self.folder)
+            self._held = self._read()
         return self._held
 
     def release(self) -> None:
@@ -130,9 +156,17 @@ class LoadMemo:
         if packed is None:
             self.misses += 1
             return None
+        try:
+            documents = marshal.loads(packed)
+            if not (isinstance(documents, list) and all(_document(d) for d in documents)):
+                raise ValueError("not a list of (index, line, data)")
+        except Exception as err:  # noqa: BLE001 - damaged: the file is read again
+            log.debug("load memo entry not read: %s", err)
+            self.misses += 1
+            return None
         self.hits += 1
         self._use(key)
-        return marshal.loads(packed)
+        return documents
 
     def remember_documents(self, key: str, documents: list[tuple[int, int, Any]]) -> None:
         try:
@@ -158,23 +192,15 @@ class LoadMemo:
 
     # -- a service against its runtime and the settings --------------------------------
 
-    def service(self, key: str | None) -> Any:
-        stored = self._entries.services.get(key) if key is not None else None
-        if stored is None:
-            return None
-        if isinstance(stored, bytes):  # as read from the folder
-            try:
-                stored = pickle.loads(stored)
-            except Exception:  # noqa: BLE001 - a memo that cannot be read is work again
-                return None
-        self._use(key)
+    def service(self, key: str) -> bytes | None:
+        """What a service's checks found (``findings.pack``'s bytes), if remembered."""
+        stored = self._entries.services.get(key)
+        if stored is not None:
+            self._use(key)
         return stored
 
-    def remember_service(self, key: str | None, found: tuple) -> None:
-        """Keep what a service's checks found: values nobody changes (frozen lifecycles,
-        packed templates, errors), held as they are and pickled only when saved."""
-        if key is None:
-            return
+    def remember_service(self, key: str, found: bytes) -> None:
+        """Keep what a service's checks found, packed as plain data (``findings.pack``)."""
         self._entries.services[key] = found
         self._use(key)
         self._changed = True
@@ -193,60 +219,156 @@ class LoadMemo:
         entries.saves += 1
         oldest = entries.saves - KEEP_UNUSED_SAVES
         kept = {k: s for k, s in entries.used.items() if s >= oldest}
-        temp = None
         try:
-            state = {
-                "code": code_fingerprint(),
+            body = marshal.dumps({
                 "files": {k: v for k, v in entries.files.items() if k in kept},
                 "own": {k for k in entries.own if k in kept},
-                # Each service pickled apart: a run unpickles only the ones it meets.
-                "services": {k: v if isinstance(v, bytes) else
-                             pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
-                             for k, v in entries.services.items() if k in kept},
+                "services": {k: v for k, v in entries.services.items() if k in kept},
                 "used": kept,
                 "saves": entries.saves,
-            }
-            data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-            if len(data) > MAX_BYTES:
-                log.debug("load memo of %d bytes not written", len(data))
+            })
+            if len(body) > MAX_BYTES:
+                log.debug("load memo of %d bytes not written", len(body))
                 return
             self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            handle, temp = tempfile.mkstemp(dir=self.folder, prefix=".memo-")
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-            os.replace(temp, self.folder / FILE_NAME)
-            temp = None
+            with _Folder(self.folder) as folder:
+                if self._refuse(folder.stat):
+                    return
+                folder.replace(FILE_NAME, _header(body) + body)
             self._changed = False
         except Exception as err:  # noqa: BLE001 - a memo not written is only work again
             log.debug("load memo not written to %s: %s", self.folder, err)
-        finally:
-            if temp is not None:
-                Path(temp).unlink(missing_ok=True)
 
-
-def _read(folder: Path) -> _Entries:
-    try:
-        with open(folder / FILE_NAME, "rb") as stored:
-            if not _ours(os.fstat(stored.fileno())):
-                log.warning("load memo %s not read: another user can write it",
-                            folder / FILE_NAME)
-                return _Entries()
-            state = pickle.load(stored)
-        if not isinstance(state, dict) or state.get("code") != code_fingerprint():
+    def _read(self) -> _Entries:
+        try:
+            with _Folder(self.folder) as folder:
+                if self._refuse(folder.stat):
+                    return _Entries()
+                data = folder.read_ours(FILE_NAME)
+            return _entries_of(data) if data is not None else _Entries()
+        except FileNotFoundError:
             return _Entries()
-        return _Entries(files=state["files"], own=state["own"], services=state["services"],
-                        used=state["used"], saves=state["saves"])
-    except FileNotFoundError:
-        return _Entries()
-    except Exception as err:  # noqa: BLE001 - a memo that cannot be read is an empty one
-        log.debug("load memo in %s not read: %s", folder, err)
-        return _Entries()
+        except Exception as err:  # noqa: BLE001 - a memo that cannot be read is an empty one
+            log.debug("load memo in %s not read: %s", self.folder, err)
+            return _Entries()
+
+    def _refuse(self, folder: os.stat_result) -> bool:
+        """Whether the folder is one another user can write into (warned of once)."""
+        if self.refused is None:
+            why = _unsafe_folder(folder)
+            if why is None:
+                return False
+            self.refused = why
+            log.warning("load memo folder %s not used: %s; running without the memo",
+                        self.folder, why)
+        return True
 
 
-def _ours(stat: os.stat_result) -> bool:
-    """Whether only this user could have written the memo: a pickle is code, and one
-    planted in a shared folder must never be read."""
-    return stat.st_uid == os.getuid() and not stat.st_mode & 0o022
+def _unsafe_folder(folder: os.stat_result) -> str | None:
+    """Why another user could plant or replace the memo in this folder; None if no one
+    but this user (and root) can."""
+    if folder.st_uid not in (os.getuid(), 0):
+        return f"it belongs to uid {folder.st_uid}"
+    if folder.st_mode & 0o022:
+        if folder.st_mode & stat.S_ISVTX and folder.st_uid == os.getuid():
+            return None  # sticky: others may add files, never replace or remove ours
+        return "other users can write it (make it 0700, or sticky)"
+    return None
+
+
+def _ours(found: os.stat_result) -> bool:
+    """Whether only this user could have written the memo: a regular file of ours that
+    no one else can write."""
+    return (stat.S_ISREG(found.st_mode) and found.st_uid == os.getuid()
+            and not found.st_mode & 0o022)
+
+
+class _Folder:
+    """The cache folder, opened once: the checks and the reads and writes are all made
+    on the same folder, even if its path is swapped meanwhile."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        self.stat = os.fstat(self.fd)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+    def read_ours(self, name: str) -> bytes | None:
+        """The file's bytes if it is ours (``_ours``); never through a link, never
+        waiting on a pipe planted there."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=self.fd)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                log.warning("load memo %s not read: it is a link", self.path / name)
+                return None
+            raise
+        with os.fdopen(fd, "rb") as stored:
+            if not _ours(os.fstat(fd)):
+                log.warning("load memo %s not read: not a file of this user's that only "
+                            "it can write", self.path / name)
+                return None
+            return stored.read()
+
+    def replace(self, name: str, data: bytes) -> None:
+        """Write ``name`` whole: into a new private file, renamed over the old one."""
+        temp = f".memo-{secrets.token_hex(8)}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                     dir_fd=self.fd)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.replace(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            os.unlink(temp, dir_fd=self.fd)
+            raise
+
+
+def _header(body: bytes | memoryview) -> bytes:
+    digest = hashlib.blake2b(body, digest_size=16).hexdigest()
+    return b"%s %d %s %s\n" % (MAGIC, FORMAT, code_fingerprint().encode(), digest.encode())
+
+
+def _entries_of(data: bytes) -> _Entries:
+    """The entries of a memo file's bytes; none for a memo of another format or code,
+    or one whose body is damaged or not shaped as this code writes it."""
+    end = data.find(b"\n", 0, 256)
+    view = memoryview(data)[end + 1:]
+    if end < 0 or data[:end + 1] != _header(view):
+        return _Entries()
+    state = marshal.loads(view)
+    if not isinstance(state, dict):
+        return _Entries()
+    files, own, services = state.get("files"), state.get("own"), state.get("services")
+    used, saves = state.get("used"), state.get("saves")
+    if not (_mapping(files, bytes) and _mapping(services, bytes)
+            and isinstance(own, set) and all(_source(k) for k in own)
+            and isinstance(used, dict) and isinstance(saves, int)
+            and all(isinstance(s, int) for s in used.values())):
+        log.debug("load memo not read: its content is not shaped as written")
+        return _Entries()
+    return _Entries(files=cast(dict, files), own=own, services=cast(dict, services),
+                    used=used, saves=saves)
+
+
+def _mapping(value: Any, kind: type) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, kind) for k, v in value.items())
+
+
+def _document(value: Any) -> bool:
+    return (isinstance(value, tuple) and len(value) == 3 and isinstance(value[0], int)
+            and isinstance(value[1], int))
+
+
+def _source(value: Any) -> bool:
+    return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], int))
 
 
 _MEMOS: dict[Path, LoadMemo] = {}

@@ -6,15 +6,18 @@ on, and it never stops the valid ones.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from jsonschema.exceptions import ValidationError
 
 from omegitops.capacity import sizing
 from omegitops.capacity.scheduler import pod_requests
+from omegitops.manifests import findings
+from omegitops.manifests.findings import Resolution
 from omegitops.manifests.memo import LoadMemo, content_key
 from omegitops.manifests.plannable import component_errors, lifecycle_blocks, value_errors
 from omegitops.manifests.repository import (
@@ -43,6 +46,8 @@ from omegitops.render.resolve import (
 from omegitops.render.templates import LEADER, WORKER, revision_hash
 from omegitops.util.copying import Packed
 
+log = logging.getLogger(__name__)
+
 MAX_ERRORS_PER_OBJECT = 20
 BUDGET_FIELDS = ("maxSurge", "maxUnavailable")
 
@@ -58,15 +63,6 @@ class Catalog:
         """A service's runtime: a ServingRuntime in its namespace first, then a
         ClusterServingRuntime, unless ``spec.runtime.kind`` names one of them."""
         return _find_runtime(self.runtimes, service)
-
-
-class Resolution(NamedTuple):
-    """What validation resolved and rendered for one OMENative component."""
-
-    lifecycle: ComponentLifecycle
-    templates: Packed
-    # The templates' revision hash (``templates.revision_hash``), computed once with them.
-    revision_hash: str
 
 
 @dataclass
@@ -388,7 +384,7 @@ def _service_errors(service: Manifest, runtime: Manifest | None, runtimes: dict,
     the service, its runtime and the operator settings are as they were when it last
     passed."""
     key = _service_key(service, runtime, settings) if memo is not None else None
-    known = memo.service(key) if memo is not None else None
+    known = _remembered(memo, key)
     if known is not None:
         regrets, found, managed = known
         warnings.extend(regrets)
@@ -396,9 +392,24 @@ def _service_errors(service: Manifest, runtime: Manifest | None, runtimes: dict,
         return [], managed
     problems = service_errors(service, runtime, runtimes, operator, warnings, resolved)
     managed = not problems and _is_managed(service, runtime, operator)
-    if not problems and memo is not None:
-        memo.remember_service(key, (list(warnings), dict(resolved), managed))
+    if not problems and memo is not None and key is not None:
+        packed = findings.pack((warnings, resolved, managed))
+        if packed is not None:
+            memo.remember_service(key, packed)
     return problems, managed
+
+
+def _remembered(memo: LoadMemo | None, key: str | None) -> findings.Finding | None:
+    """What the memo found for the service's key; None when it has nothing, or
+    something this code did not write (checked anew, then)."""
+    raw = memo.service(key) if memo is not None and key is not None else None
+    if raw is None:
+        return None
+    try:
+        return findings.unpack(raw)
+    except findings.NotAFinding as err:
+        log.debug("load memo entry not read: %s", err)
+        return None
 
 
 def _service_key(service: Manifest, runtime: Manifest | None, settings: str) -> str | None:

@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import markupsafe
-
 from omegitops.lifecycle.planner import Plan
 from omegitops.lifecycle.updates import images_only
 from omegitops.manifests.load import Loaded, ServiceComponent
@@ -601,8 +599,6 @@ def render_markdown(document: dict[str, Any], max_chars: int | None = None,
     from omegitops.report.status import environment
 
     env = environment()
-    env.filters["code"] = _code
-    env.filters["html_code"] = _html_code
     env.filters["value"] = show_value
     env.filters["fence_safe"] = _fence_safe
     # A template's macros are read by name: Any.
@@ -653,15 +649,3 @@ def _fence_safe(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _html_code(value: Any) -> str:
-    """Inline code inside HTML (a ``<summary>`` line), where GitHub shows backticks as
-    they are."""
-    return f"<code>{markupsafe.escape(str(value))}</code>"
-
-
-def _code(value: Any) -> str:
-    """Inline code that survives backticks in the value and sits in a table cell."""
-    text = str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-    fence = "``" if "`" in text else "`"
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"

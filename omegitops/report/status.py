@@ -53,6 +53,7 @@ from omegitops.model.replica import decode_rows, encode_rows, replica_name
 from omegitops.model.state import Phase, Row
 from omegitops.render.resolve import RUNTIME, RUNTIME_CONFIG
 from omegitops.render.templates import MANAGED
+from omegitops.report import markdown
 from omegitops.report.views import (
     WARNING,
     about_component,
@@ -485,17 +486,12 @@ def validate_report(report: dict) -> None:
                           f"{first.message}")
 
 
-def _cell(value: Any) -> str:
-    """A value safe inside a Markdown table cell."""
-    return str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-
-
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=False,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
                       undefined=StrictUndefined)
-    env.filters["cell"] = _cell
-    return env
+    # Every value a template quotes from manifests or the cluster goes through these.
+    return markdown.register(env)
 
 
 def render_markdown(report: dict) -> str:

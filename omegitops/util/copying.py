@@ -42,6 +42,18 @@ class Packed:
         except ValueError:
             self._bytes, self._value = None, value
 
+    @classmethod
+    def of_bytes(cls, raw: bytes) -> Packed:
+        """The value whose marshal bytes are ``raw`` (``bytes``), unpacked when read."""
+        packed = cls.__new__(cls)
+        packed._bytes, packed._value = raw, None
+        return packed
+
+    @property
+    def raw(self) -> bytes | None:
+        """The value's marshal bytes; None for a value marshal could not take."""
+        return self._bytes
+
     def unpack(self) -> Any:
         if self._bytes is None:
             return copy.deepcopy(self._value)

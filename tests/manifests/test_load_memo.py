@@ -3,11 +3,14 @@ before is reused, and only for exactly those inputs."""
 
 from __future__ import annotations
 
+import logging
+import marshal
+import os
 import shutil
 
 from omegitops.manifests import memo as memo_module
 from omegitops.manifests.load import load, resolved_components
-from omegitops.manifests.memo import FILE_NAME, memo_for
+from omegitops.manifests.memo import FILE_NAME, _header, memo_for
 from tests.conftest import EXAMPLES, RUNTIME, SERVICE, write_repo
 
 
@@ -118,8 +121,8 @@ def test_a_file_read_with_errors_is_never_remembered(tmp_path):
 
 
 def test_a_memo_others_can_write_is_not_read(tmp_path):
-    """A pickle is code: a memo file that another user could have written (a shared
-    folder) is never unpickled."""
+    """A memo file that another user could have written (a shared folder) is never
+    read."""
     repo = write_repo(tmp_path / "repo", {"runtime.yaml": RUNTIME, "svc.yaml": SERVICE})
     cache = _fresh(tmp_path)
     load(repo, cache_dir=cache)
@@ -127,3 +130,110 @@ def test_a_memo_others_can_write_is_not_read(tmp_path):
     cache = _fresh(tmp_path)
     assert load(repo, cache_dir=cache).result.ok
     assert memo_for(cache).hits == 0
+
+
+def _remembered(tmp_path):
+    """A repository and a cache folder whose memo knows it."""
+    repo = write_repo(tmp_path / "repo", {"runtime.yaml": RUNTIME, "svc.yaml": SERVICE})
+    cache = _fresh(tmp_path)
+    load(repo, cache_dir=cache)
+    assert (cache / FILE_NAME).is_file()
+    return repo, cache
+
+
+def _hits(repo, cache):
+    cache = _fresh(cache.parent, cache.name)
+    assert load(repo, cache_dir=cache).result.ok
+    return memo_for(cache).hits
+
+
+def test_a_memo_planted_as_a_link_is_not_followed(tmp_path, caplog):
+    """Another user plants the memo's name as a link to a file of ours whose bytes they
+    chose (a file of a pull request's clone): the link is never followed."""
+    repo, cache = _remembered(tmp_path)
+    planted = tmp_path / "clone-file"
+    (cache / FILE_NAME).rename(planted)
+    (cache / FILE_NAME).symlink_to(planted)
+    with caplog.at_level(logging.WARNING):
+        assert _hits(repo, cache) == 0
+    assert "it is a link" in caplog.text
+    (cache / FILE_NAME).unlink()
+    planted.rename(cache / FILE_NAME)
+    assert _hits(repo, cache) > 0  # the same bytes, as a file of ours, are read
+
+
+def test_a_memo_of_another_user_is_not_read(tmp_path, caplog):
+    repo, cache = _remembered(tmp_path)
+    os.chown(cache / FILE_NAME, os.getuid() + 4242, -1)
+    with caplog.at_level(logging.WARNING):
+        assert _hits(repo, cache) == 0
+    assert "not read" in caplog.text
+
+
+def test_a_folder_others_can_write_is_not_used_unless_ours_and_sticky(tmp_path, caplog):
+    repo, cache = _remembered(tmp_path)
+    cache.chmod(0o777)
+    written = (cache / FILE_NAME).stat().st_mtime_ns
+    (repo / "more.yaml").write_text(RUNTIME.replace("srt-small", "srt-other"))
+    with caplog.at_level(logging.WARNING):
+        assert _hits(repo, cache) == 0
+    assert "other users can write it" in caplog.text
+    assert (cache / FILE_NAME).stat().st_mtime_ns == written  # nor written
+    assert [p.name for p in cache.iterdir()] == [FILE_NAME]
+
+    cache.chmod(0o1777)  # sticky and ours: no one else can replace our file
+    assert _hits(repo, cache) > 0
+    os.chown(cache, os.getuid() + 4242, -1)  # sticky, but another user's
+    assert _hits(repo, cache) == 0
+
+
+def test_a_memo_written_is_private_and_whole(tmp_path):
+    _, cache = _remembered(tmp_path)
+    mode = (cache / FILE_NAME).stat().st_mode
+    assert mode & 0o077 == 0
+    assert [p.name for p in cache.iterdir()] == [FILE_NAME]  # no temporary file left
+    assert not (cache / FILE_NAME).read_bytes().startswith(b"\x80")  # not a pickle
+
+
+def _rewrite(cache, change):
+    """Change the memo's body and give it a header that matches (as only its owner
+    could): what is left to catch is the content itself."""
+    data = (cache / FILE_NAME).read_bytes()
+    state = marshal.loads(data[data.index(b"\n") + 1:])
+    change(state)
+    body = marshal.dumps(state)
+    (cache / FILE_NAME).write_bytes(_header(body) + body)
+
+
+def test_a_tampered_memo_is_ignored_not_crashed_on(tmp_path):
+    repo, cache = _remembered(tmp_path)
+    clean = (cache / FILE_NAME).read_bytes()
+    # A damaged body under its old header: the digest no longer matches.
+    (cache / FILE_NAME).write_bytes(clean[:-10] + b"x" * 10)
+    assert _hits(repo, cache) == 0
+    # Content shaped otherwise than written, each with a matching header.
+    for change in (
+        lambda s: s.update(files={"k": 1}),
+        lambda s: s.update(own=[("k", "x")]),
+        lambda s: s.update(saves="many"),
+        lambda s: s.clear(),
+    ):
+        (cache / FILE_NAME).write_bytes(clean)
+        _rewrite(cache, change)
+        assert _hits(repo, cache) == 0
+    # Entries whose bytes are not what was written: each is a miss, the load is whole.
+    (cache / FILE_NAME).write_bytes(clean)
+    _rewrite(cache, lambda s: s.update(
+        files={k: b"garbage" for k in s["files"]},
+        services={k: marshal.dumps(([("a", "b")], [], True)) for k in s["services"]}))
+    cache = _fresh(tmp_path)
+    loaded = load(repo, cache_dir=cache)
+    assert loaded.result.ok and loaded.result.resolved
+    assert memo_for(cache).hits == 0
+    for bad in ([], (1, 2), ([], [(("k", "n", "x"), "engine", (), b"", "h")], True),
+                ([], [], "yes"), b"\x00not marshal"):
+        (cache / FILE_NAME).write_bytes(clean)
+        _rewrite(cache, lambda s, bad=bad: s.update(services={
+            k: bad if isinstance(bad, bytes) else marshal.dumps(bad) for k in s["services"]}))
+        cache = _fresh(tmp_path)
+        assert load(repo, cache_dir=cache).result.resolved
