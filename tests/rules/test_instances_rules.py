@@ -122,6 +122,23 @@ def test_scale_down_keeps_ready_instances_before_a_single_pod_mid_surge(backend)
     scenario.until(settled, seconds=180)
     assert sorted(rows(scenario)) == [1, 2]
 
+@pytest.mark.parametrize("workers", [None, 1], ids=["single-pod", "gang"])
+def test_scale_down_keeps_ready_instances_before_one_that_does_not_serve(backend, workers):
+    """instances.txt: "It fills the remaining places with Ready Instances before the
+    others, lowest indices first, and removes the rest." Instance 0 still rests in
+    phase Ready, but its pod's readiness probe fails, so it is not counted in READY: a
+    scale-down from 3 to 2 keeps Instances 1 and 2, and READY stays 2/2 (it kept 0 and
+    1, and READY fell to 1/2)."""
+    scenario, change = backend.converged(replicas=3, workers=workers, grace=2)
+    scenario.fault("hang", f"{NAME}-0-" + ("worker-0" if workers else "default-0"))
+    scenario.until(lambda s: s.status(NAME)["readyReplicas"] == 2)
+    assert rows(scenario)[0]["phase"] == "Ready"
+    change(replicas=2)
+    scenario.until(settled, seconds=180)
+    assert sorted(rows(scenario)) == [1, 2]
+    status = scenario.status(NAME)
+    assert (status["readyReplicas"], status["servingReplicas"]) == (2, 2), status
+
 # -- 7, 9. incarnations -----------------------------------------------------------------
 
 def test_under_none_a_replaced_gang_worker_is_a_restart_one_incarnation_higher(backend):
