@@ -117,6 +117,10 @@ def test_a_partition_holds_instances_whatever_their_indices(backend, drift):
     assert (ready["status"], ready["reason"], ready["message"]) == (
         "True", "Staged",
         f"Staged at partition 1: 1/2 Instances on {target}, 1 held on the prior revision")
+    # The status report names the same Instance held.
+    (engine,) = _report(scenario)["services"][0]["components"]
+    assert (engine["staged"]["heldInstances"], engine["staged"]["updatedInstances"]) == (
+        [drifted[0]], 1)
     # To finish the rollout, set partition to 0.
     change(**service, image="sglang:v3", lifecycle=life)
     scenario.until(settled, seconds=180)
@@ -363,6 +367,25 @@ def test_the_plan_counts_only_the_instances_the_partition_lets_move(tmp_path, cl
     assert code in (0, 2), err
     assert "\n1 Instance to move to " in out, out
     assert "1 held on its revision by `partition: 1`: set it to 0 to move it too." in out
+
+
+def test_the_plan_counts_the_instances_a_partition_holds_whatever_their_indices(
+        tmp_path, cli):
+    """update-strategies.txt: partition 1 and two Instances: one moves, one is held. A
+    rollout of two gangs leaves them at [2, 3]; the plan of the next change still says
+    one Instance moves and one is held (it said both move)."""
+    life = strategy("SurgeThenDrain", maxSurge=2, maxUnavailable=0)
+    scenario, change = converged(tmp_path, replicas=2, workers=1, grace=2, lifecycle=life)
+    change(image="sglang:v2")
+    scenario.until_idle()
+    assert sorted(rows(scenario)) == [2, 3]
+    change(image="sglang:v3",
+           lifecycle=strategy("SurgeThenDrain", maxSurge=2, maxUnavailable=0, partition=1))
+    args = ("plan", "--repo", str(scenario.repo), "--cluster", f"sim:{scenario.path}")
+    code, out, err = cli(*args, "-o", "json")
+    assert code in (0, 2), err
+    (engine,) = json.loads(out)["components"]
+    assert (engine["toMove"], engine["heldByPartition"]) == (1, 1)
 
 
 # -- the rollout hold names the gate while nothing can move -------------------------------
