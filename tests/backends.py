@@ -89,8 +89,17 @@ class Driver:
         """One pass; ``kill_after`` kills it after that many writes."""
         return self.inner.run_pass(kill_after=kill_after)
 
-    def fault(self, kind: str, pod: str | None = None, clear: bool = False) -> None:
-        """A fault of ``Scenario.fault`` (``KubeScenario.fault`` on the control plane)."""
+    def fault(self, kind: str, pod: str | None = None, clear: bool = False,
+              image: str | None = None) -> None:
+        """A fault of ``Scenario.fault`` (``KubeScenario.fault`` on the control plane).
+        ``image``: every pull of that image fails; on the control plane KWOK fails
+        every image named ``unpullable`` already, so only such a name is allowed."""
+        if image is not None and not self.simulated:
+            assert kind == "imagepull" and "unpullable" in image, (kind, image)
+            return
+        if image is not None:
+            self.inner.fault(kind, pod=pod, clear=clear, image=image)
+            return
         self.inner.fault(kind, pod=pod, clear=clear)
 
     def until(self, predicate, seconds: float = 120) -> PassResult:

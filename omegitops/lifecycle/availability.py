@@ -30,6 +30,19 @@ def counts_toward_desired(work: Work, row: Row) -> bool:
     return True
 
 
+def is_ready(work: Work, row: Row) -> bool:
+    """A Ready Instance in the sense of instances.txt's scale-down rule: at rest in
+    phase Ready, and counted in READY now (at least its desired number of pods Ready).
+    A row still in phase Ready whose pod stopped being ready (a failing readiness
+    probe, a lost pod the restart policy leaves alone) is not: kept over a ready one,
+    it would leave READY short after a scale-down. An Instance mid-update is not Ready
+    either, whatever its pods show."""
+    if row.phase != Phase.READY or row.operation is not None:
+        return False
+    need = work.needed_for(row)
+    return InstancePods(need, work.pods_of(row.index)).ready_count() >= need
+
+
 def counted_pods(work: Work, pods: list[Json]) -> list[Json]:
     """Pods that still hold a place: a terminating pod counts until its deletion grace
     elapses (and the pass is woken then), even if it lingers on a finalizer."""

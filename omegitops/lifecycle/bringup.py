@@ -61,9 +61,9 @@ def _wait_gone(work: Work, row: Row, retarget: bool) -> Row:
         return row if failure is None else fail_operation(work, row, failure)
     # Nothing of the Instance is left: an update builds it at the newest revision.
     target = work.desired.revision if retarget else operation.target_revision
-    # An update that deletes and recreates the pods raises the incarnation once; a
-    # retry rebuilds a Failed Instance, which keeps it (instances.txt). A restart
-    # raised it when it opened.
+    # An update that deletes and recreates the pods raises the incarnation once; the
+    # rebuild of a Failed Instance (a retry, or a new revision that reached it) keeps
+    # it (instances.txt). A restart raised it when it opened.
     raised = retarget and not operation.retry
     row = row.but(revision=target or row.revision, ordinal=None,
                   incarnation=row.incarnation + raised).step_to(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from omegitops.lifecycle.availability import counts_toward_desired
+from omegitops.lifecycle.availability import counts_toward_desired, is_ready
 from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint, unmarked
 from omegitops.lifecycle.operations import adopt_orphans, open_create, open_delete
 from omegitops.lifecycle.repairs import (
@@ -268,8 +268,9 @@ def _scale(work: Work) -> None:
         return
     if len(filling) > want:
         # instances.txt: keep first the Instances a multi-pod surge is handing over,
-        # with their replacements; then Ready Instances, lowest indices first. A
-        # single-pod surge is an Instance like the others here.
+        # with their replacements; then Ready Instances (``is_ready``: serving now, not
+        # just in phase Ready), lowest indices first. A single-pod surge is an Instance
+        # like the others here.
         def handing_over(row: Row) -> bool:
             if not work.desired.gang:
                 return False
@@ -280,7 +281,7 @@ def _scale(work: Work) -> None:
             return row.surge_of in work.rows  # a replacement, which fills it after
 
         def rank(row: Row) -> tuple[bool, bool, int]:
-            return (not handing_over(row), row.phase != Phase.READY, row.index)
+            return (not handing_over(row), not is_ready(work, row), row.index)
 
         keep = {row.index for row in sorted(filling, key=rank)[:want]}
         for row in filling:

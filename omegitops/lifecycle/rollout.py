@@ -1,8 +1,9 @@
 """Rollout pacing: which Instances start moving this pass, and what holds the rest.
 
-partition keeps Instances below it on their revision (as a StatefulSet
-does); maxSurge and maxUnavailable bound how many move at once, each a whole
-number or a percentage of the desired Instances rounded up. When nothing sets
+partition holds that many Instances on their revision, the lowest-indexed of
+those the rollout has not reached (model/partition.py: it counts Instances in
+index order, not index values, since the indices can have gaps); maxSurge and
+maxUnavailable bound how many move at once, each a whole number or a percentage of the desired Instances rounded up. When nothing sets
 the budget a strategy reads, every Instance may move at once.
 
 The pass first decides (``decide_rollout``: reads only, returns a
@@ -20,6 +21,7 @@ from omegitops.lifecycle.retries import held, start_wait
 from omegitops.lifecycle.updates import open_update, update_mode
 from omegitops.lifecycle.work import Work
 from omegitops.model.budgets import scaled_value
+from omegitops.model.partition import partition_held
 from omegitops.model.state import Gate, Hold, Json, Mode, Phase, Row, Strategy
 from omegitops.util.times import format_time
 
@@ -40,7 +42,8 @@ class RolloutDecision:
     Every count is in Instances (a gang counts once) and is never negative.
 
     - ``target``: the desired revision the rollout moves Instances to.
-    - ``partition``: Instances with a lower index stay on their revision.
+    - ``partition``: how many Instances stay on their revision; ``held``: which
+      (``partition_held``).
     - ``max_surge``, ``max_unavailable``: the budgets as whole numbers (a percentage
       of the desired Instances, rounded up); None when unset, and then unbounded.
     - ``surge_in_use``: surge slots held before this pass starts anything (extra pods,
@@ -57,6 +60,7 @@ class RolloutDecision:
 
     target: str
     partition: int
+    held: frozenset[int]
     max_surge: int | None
     max_unavailable: int | None
     surge_in_use: int
@@ -120,12 +124,13 @@ def decide_rollout(work: Work) -> RolloutDecision:
     reasons: list[str] = []
     moves: list[Move] = []
     wakes: list[float] = []
+    holds = frozenset(partition_held(work.rows.values(), target, partition))
     candidates = [row for row in work.rows.values() if _outdated(work, row, target)]
     # Instances that serve nothing cost no budget to move: take them first.
     candidates.sort(key=lambda r: (r.index not in down_rows and r.phase != Phase.FAILED,
                                    r.index))
     for row in candidates:
-        if row.index < partition:
+        if row.index in holds:
             continue
         allowed, wake = start_wait(work, row, target)
         if wake is not None:
@@ -162,11 +167,11 @@ def decide_rollout(work: Work) -> RolloutDecision:
     refused = {move.index for move in moves if move.mode is None}
     # Instances still to move (not refused, not held) keep the component busy.
     outstanding = [r for r in work.rows.values()
-                   if r.revision != target and r.index >= partition
+                   if r.revision != target and r.index not in holds
                    and r.surge_of is None and r.phase != Phase.DELETING
                    and r.index not in refused and r.refused != target]
     return RolloutDecision(
-        target=target, partition=partition, max_surge=max_surge,
+        target=target, partition=partition, held=holds, max_surge=max_surge,
         max_unavailable=max_unavailable, surge_in_use=surge_before, surge_after=surge_slots,
         unavailable=down_before, unavailable_after=down, moves=tuple(moves),
         hold_reason=reasons[0] if reasons else None, wakes=tuple(wakes),
@@ -206,7 +211,7 @@ def _hold_gate(work: Work, decision: RolloutDecision) -> tuple[Gate, str] | None
     if decision.starts or _moving(work, decision.target):
         return None
     if held(work, decision.target) and any(
-            _outdated(work, row, decision.target) and row.index >= decision.partition
+            _outdated(work, row, decision.target) and row.index not in decision.held
             for row in work.rows.values()):
         entry = work.retries.get(decision.target) or {}
         attempts = int(entry.get("attempts") or 0)

@@ -137,15 +137,14 @@ def _ready(desired: DesiredComponent, rows: list[Row], counts: dict[str, int], w
 def _staged(desired: DesiredComponent, rows: list[Row], want: int,
             partition: int) -> str | None:
     """update-strategies.txt: ``Staged at partition 1: 1/2 Instances on <rev>, 1 held on
-    the prior revision`` once every Instance at or above the partition has moved."""
-    if partition <= 0:
-        return None
-    kept = set(partition_held((r.index for r in rows), partition))
-    held = [r for r in rows if r.index in kept and r.revision != desired.revision]
+    the prior revision`` once every Instance the partition does not hold has moved.
+    The held ones are those the rollout held (model/partition.py)."""
+    holds = set(partition_held(rows, desired.revision, partition))
+    held = [r for r in rows if r.index in holds]
     moved = [r for r in rows if r.revision == desired.revision]
-    above = [r for r in rows if r.index not in kept]
+    others = [r for r in rows if r.index not in holds]
     if not held or any(r.revision != desired.revision or r.operation is not None
-                       for r in above):
+                       for r in others):
         return None
     return (f"Staged at partition {partition}: {len(moved)}/{want} Instances on "
             f"{desired.revision}, {len(held)} held on the prior revision")

@@ -107,8 +107,10 @@ def open_update(work: Work, row: Row, strategy: str, mode: Mode) -> Row:
     target = work.desired.revision
     operation = work.operation(OperationType.UPDATE, FIRST_STEP[mode], strategy,
                                target=target, mode=mode)
-    if pod_less_failure(work, row):
-        # A rebuild, as a failed update's retry is: the incarnation stays (instances.txt).
+    if row.phase == Phase.FAILED:
+        # A new revision that reaches a Failed Instance rebuilds it, as a failed
+        # update's retry does, with or without pods left: the incarnation stays through
+        # "the rebuild of a failed or Pending Instance" (instances.txt).
         operation = replace(operation, retry=True)
     if row.avoid_for not in (None, target):
         row = row.but(avoid_nodes=None, avoid_for=None)  # steering for a revision replaced

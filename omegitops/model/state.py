@@ -122,7 +122,8 @@ class Operation:
     served: bool = False
     # A fresh start: every old pod goes before any is built.
     fresh: bool = False
-    # A retry of a failed Update (it keeps the incarnation).
+    # A rebuild of a Failed Instance: a failed Update's retry, or a new revision that
+    # reaches it. It keeps the incarnation (instances.txt).
     retry: bool = False
     # An abandoned replacement that never served is deleted with this grace.
     abandon_grace: int | None = None

@@ -493,7 +493,7 @@ def instances_to_move(rows: tuple[Row, ...], target: str, partition: int) -> dic
     """``toMove``: the Instances off ``target`` that the partition lets move;
     ``heldByPartition``: those it keeps on their revision until it is lowered."""
     own = [row for row in rows if row.surge_of is None and row.phase != Phase.DELETING]
-    held = set(partition_held((row.index for row in own), partition))
+    held = set(partition_held(own, target, partition))
     outdated = [row for row in own if row.revision != target]
     return {"toMove": sum(1 for row in outdated if row.index not in held),
             "heldByPartition": sum(1 for row in outdated if row.index in held)}

@@ -336,8 +336,8 @@ def staged_view(replica: dict, view: dict, rows: list[Row],
     if isinstance(live, int) and not isinstance(live, bool):
         partition = live
     own = [row for row in rows if row.surge_of is None and row.phase != Phase.DELETING]
-    kept = set(partition_held((row.index for row in own), partition))
     update = view["revision"]
+    kept = set(partition_held(own, update, partition))
     held = [row for row in own if row.index in kept and row.revision != update]
     revisions = Counter(row.revision for row in held if row.revision)
     return {

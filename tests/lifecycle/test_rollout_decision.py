@@ -140,6 +140,35 @@ def test_partition_keeps_lower_indices_and_stages():
     assert decision.starts == () and not decision.pending  # Staged at partition 1
 
 
+def test_partition_counts_instances_in_index_order_when_indices_have_gaps():
+    """update-strategies.txt: partition 1 and two Instances: one moves, one is held,
+    whatever their indices. At [2, 3], the lowest, 2, is held."""
+    component = Component(0, partition=1)
+    component.replicas = 2
+    component.instance(2)
+    component.instance(3)
+    decision = decide_rollout(component.work())
+    assert (starts(component), decision.held) == ([(3, "Surge")], frozenset({2}))
+    # A replacement that takes a lower free index (a gang's surge, a migration) is on
+    # the target: the Instance held stays held, and the partition holds no more.
+    del component.rows[3]
+    component.instance(0, NEW)
+    decision = decide_rollout(component.work())
+    assert decision.starts == () and not decision.pending
+    assert decision.held == frozenset({2})
+
+
+def test_an_instance_moving_to_the_target_is_not_held_by_a_partition():
+    """An Instance already on its way to the target (its update in flight, or failed and
+    retrying) has been reached: the partition holds the next one still to move."""
+    component = Component(3, max_surge=1, partition=1)
+    surge = component.work().operation(OperationType.UPDATE, Step.SURGE_WAIT_READY,
+                                       "SurgeThenDrain", NEW, Mode.SURGE)
+    component.rows[0] = component.rows[0].but(phase=Phase.UPDATING,
+                                              operation=replace(surge, ordinal=1))
+    assert decide_rollout(component.work()).held == frozenset({1})
+
+
 @pytest.mark.parametrize(("max_unavailable", "moved", "after"), [
     (1, [2], 1),     # Instance 2 is the one out: it moves, no other may go
     (2, [2, 0], 2),  # one more may go, lowest index first

@@ -122,6 +122,23 @@ def test_scale_down_keeps_ready_instances_before_a_single_pod_mid_surge(backend)
     scenario.until(settled, seconds=180)
     assert sorted(rows(scenario)) == [1, 2]
 
+@pytest.mark.parametrize("workers", [None, 1], ids=["single-pod", "gang"])
+def test_scale_down_keeps_ready_instances_before_one_that_does_not_serve(backend, workers):
+    """instances.txt: "It fills the remaining places with Ready Instances before the
+    others, lowest indices first, and removes the rest." Instance 0 still rests in
+    phase Ready, but its pod's readiness probe fails, so it is not counted in READY: a
+    scale-down from 3 to 2 keeps Instances 1 and 2, and READY stays 2/2 (it kept 0 and
+    1, and READY fell to 1/2)."""
+    scenario, change = backend.converged(replicas=3, workers=workers, grace=2)
+    scenario.fault("hang", f"{NAME}-0-" + ("worker-0" if workers else "default-0"))
+    scenario.until(lambda s: s.status(NAME)["readyReplicas"] == 2)
+    assert rows(scenario)[0]["phase"] == "Ready"
+    change(replicas=2)
+    scenario.until(settled, seconds=180)
+    assert sorted(rows(scenario)) == [1, 2]
+    status = scenario.status(NAME)
+    assert (status["readyReplicas"], status["servingReplicas"]) == (2, 2), status
+
 # -- 7, 9. incarnations -----------------------------------------------------------------
 
 def test_under_none_a_replaced_gang_worker_is_a_restart_one_incarnation_higher(backend):
@@ -195,6 +212,43 @@ def test_a_held_revisions_leftover_surge_pod_leaves_the_old_pod_available(tmp_pa
     (line,) = [line.split() for line in out.splitlines() if line.startswith(NAME)]
     assert line[2:6] == ["1", "1", "1", "1"], out
 
+
+# -- 5. the rebuild of a Failed Instance keeps its incarnation --------------------------
+
+UNPULLABLE = "sglang:unpullable"
+
+
+@pytest.mark.parametrize("workers", [None, 1], ids=["single-pod", "gang"])
+def test_a_failed_instance_rebuilt_by_a_new_revision_keeps_its_incarnation(
+        backend, workers):
+    """instances.txt: the incarnation "stays the same through ... the rebuild of a
+    failed or Pending Instance", and "a restart raises the incarnation by one". An
+    Instance whose Create failed (its image can't be pulled) is rebuilt by the next
+    revision, here under RecreatePod, which deletes its pods and builds them again under
+    the same names: a rebuild, so still incarnation 1. A restart then takes it to 2 (the
+    rebuild had raised it to 2, and the restart to 3)."""
+    from tests.fleet import write_service
+
+    service = {"replicas": 1, "workers": workers, "grace": 2,
+               "lifecycle": {**strategy("RecreatePod", maxUnavailable=1), **RECREATE},
+               "values": {"lifecycle": {"instanceReadyTimeout": "3m",
+                                        "stuckPodGracePeriod": "30s"}}}
+    scenario = backend.scenario(**service, image=UNPULLABLE)
+    scenario.fault("imagepull", image=UNPULLABLE)
+    scenario.run_pass()
+    scenario.until(lambda s: rows(s)[0]["phase"] == "Failed", seconds=240)
+    assert rows(scenario)[0]["incarnation"] == 1
+    write_service(scenario.repo, namespace=scenario.namespace, **service, image="sglang:v2")
+    scenario.until(settled, seconds=180)
+    row = rows(scenario)[0]
+    assert (row["phase"], row["incarnation"]) == ("Ready", 1), row
+    assert {p["metadata"]["labels"]["ome.io/instance-incarnation"]
+            for p in scenario.pods(f"{NAME}-")} == {"1"}
+    scenario.fault("oom", f"{NAME}-0-" + ("worker-0" if workers else "default-0"))
+    scenario.until(lambda s: bool(s.events("RestartTriggered")) and settled(s), seconds=180)
+    row = rows(scenario)[0]
+    assert (row["phase"], row["incarnation"]) == ("Ready", 2), row
+    assert "(incarnation=2)" in messages(scenario, "RestartTriggered")[0]
 
 # -- 4. a full window once a scheduling gate lifts, however the passes fall ------------
 

@@ -62,6 +62,70 @@ def test_a_replacement_lost_after_hand_over_is_a_warning_not_a_superseded_surge(
     assert "superseded" not in event["message"]
     assert "lost its replacement (Evicted" in event["message"], event["message"]
 
+# -- a partition holds Instances, counted in index order, not index values ------------------
+
+def _at_rest(s) -> bool:
+    found = rows(s)
+    return (len(found) == s.replica(NAME)["spec"]["replicas"]
+            and all(r["phase"] == "Ready" and not r.get("operation") for r in found.values())
+            and not s.results[-1].busy)
+
+
+def _ready_condition(s) -> dict:
+    (ready,) = [c for c in s.status(NAME)["conditions"] if c["type"] == "Ready"]
+    return ready
+
+
+@pytest.mark.parametrize("drift", ["gang-surge", "scale-down"])
+def test_a_partition_holds_instances_whatever_their_indices(backend, drift):
+    """update-strategies.txt: rollingUpdate "can hold some on the old revision"; "With
+    the settings above and two Instances, the next change to the pod template moves
+    one Instance and holds the other", and the Ready condition reads Staged. The
+    indices can have gaps: a gang's surge starts each replacement at the lowest free
+    index, so a rollout of two gangs leaves them at [2, 3]; a scale-down that keeps
+    the Ready Instances can leave [1, 2]. Partition 1 still holds one Instance, the
+    lowest-indexed (it moved both, since none had an index below 1)."""
+    life = strategy("SurgeThenDrain", maxSurge=2, maxUnavailable=0)
+    if drift == "gang-surge":
+        service = {"replicas": 2, "workers": 1}
+        scenario, change = backend.converged(**service, grace=2, lifecycle=life)
+        change(image="sglang:v2")
+        scenario.until(settled, seconds=180)
+        drifted = [2, 3]
+    else:
+        service = {"replicas": 3}
+        scenario, change = backend.converged(**service, grace=2, lifecycle=life)
+        scenario.fault("hang", f"{NAME}-0-default-0")
+        scenario.until(lambda s: s.status(NAME)["readyReplicas"] == 2)
+        service = {"replicas": 2}
+        change(replicas=2)
+        scenario.until(settled, seconds=180)
+        drifted = [1, 2]
+    assert sorted(rows(scenario)) == drifted
+    prior = scenario.replica(NAME)["spec"]["revision"]
+    staged = strategy("SurgeThenDrain", maxSurge=2, maxUnavailable=0, partition=1)
+    change(**service, image="sglang:v3", lifecycle=staged)
+    scenario.run_pass()
+    target = scenario.replica(NAME)["spec"]["revision"]
+    assert target != prior
+    scenario.until(_at_rest, seconds=180)
+    found = rows(scenario)
+    held = [i for i, r in found.items() if r["revision"] == prior]
+    moved = [i for i, r in found.items() if r["revision"] == target]
+    assert (held, len(moved)) == ([drifted[0]], 1), found
+    ready = _ready_condition(scenario)
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "True", "Staged",
+        f"Staged at partition 1: 1/2 Instances on {target}, 1 held on the prior revision")
+    # The status report names the same Instance held.
+    (engine,) = _report(scenario)["services"][0]["components"]
+    assert (engine["staged"]["heldInstances"], engine["staged"]["updatedInstances"]) == (
+        [drifted[0]], 1)
+    # To finish the rollout, set partition to 0.
+    change(**service, image="sglang:v3", lifecycle=life)
+    scenario.until(settled, seconds=180)
+    assert _ready_condition(scenario)["reason"] == "AllInstancesServing"
+
 # -- update-strategies.txt: the hold of a stuck budget --------------------------------------
 
 def test_the_documents_hold_at_max_unavailable_zero(backend):
@@ -303,6 +367,25 @@ def test_the_plan_counts_only_the_instances_the_partition_lets_move(tmp_path, cl
     assert code in (0, 2), err
     assert "\n1 Instance to move to " in out, out
     assert "1 held on its revision by `partition: 1`: set it to 0 to move it too." in out
+
+
+def test_the_plan_counts_the_instances_a_partition_holds_whatever_their_indices(
+        tmp_path, cli):
+    """update-strategies.txt: partition 1 and two Instances: one moves, one is held. A
+    rollout of two gangs leaves them at [2, 3]; the plan of the next change still says
+    one Instance moves and one is held (it said both move)."""
+    life = strategy("SurgeThenDrain", maxSurge=2, maxUnavailable=0)
+    scenario, change = converged(tmp_path, replicas=2, workers=1, grace=2, lifecycle=life)
+    change(image="sglang:v2")
+    scenario.until_idle()
+    assert sorted(rows(scenario)) == [2, 3]
+    change(image="sglang:v3",
+           lifecycle=strategy("SurgeThenDrain", maxSurge=2, maxUnavailable=0, partition=1))
+    args = ("plan", "--repo", str(scenario.repo), "--cluster", f"sim:{scenario.path}")
+    code, out, err = cli(*args, "-o", "json")
+    assert code in (0, 2), err
+    (engine,) = json.loads(out)["components"]
+    assert (engine["toMove"], engine["heldByPartition"]) == (1, 1)
 
 
 # -- the rollout hold names the gate while nothing can move -------------------------------
