@@ -6,8 +6,9 @@
 - Drain (RecreatePod, or a change InPlaceIfPossible can't make in place):
   Unroute, DeletePods, WaitGone, CreatePods, WaitReady, WaitAvailable
   (lifecycle/bringup.py).
-- InPlace (only regular containers' images changed): Unroute, PatchImages,
-  WaitReady, WaitAvailable.
+- InPlace (only regular containers' images, or pod labels, changed): Unroute,
+  PatchImages, WaitReady, WaitAvailable. A new pod label alone restarts nothing:
+  the pod stays in rotation, only its ``ome.io/revision`` label moves.
 
 update-strategies.txt "Changing the pod template mid-surge" decides what a
 surge does when its target revision is withdrawn.
@@ -65,17 +66,43 @@ SURGE_ABANDONED, GANG_SURGE_ABANDONED = "SurgeAbandoned", "GangSurgeAbandoned"
 
 
 def images_only(old: dict[str, Json], new: dict[str, Json]) -> bool:
-    """Whether two single-pod template sets differ in regular containers' images alone."""
+    """Whether two single-pod template sets differ in regular containers' images and
+    pod labels alone: what an in-place update can make.
+
+    update-strategies.txt: "A label that you add to the pod template reaches the pod
+    only when OME recreates it", so a label is no reason to recreate; the pod keeps the
+    labels it has. Annotations are "any other change"."""
     if set(old) != {DEFAULT} or set(new) != {DEFAULT}:
         return False
     return _without_images(old[DEFAULT]) == _without_images(new[DEFAULT])
 
 
-def _without_images(template: Json) -> Json:
+def labels_only(old: dict[str, Json], new: dict[str, Json]) -> bool:
+    """Whether two single-pod template sets differ in pod labels alone: an in-place
+    update that changes no container (nothing restarts)."""
+    if set(old) != {DEFAULT} or set(new) != {DEFAULT}:
+        return False
+    return _without_labels(old[DEFAULT]) == _without_labels(new[DEFAULT])
+
+
+def _without_labels(template: Json) -> Json:
     blank = copy.deepcopy(template)
+    blank.get("metadata", {}).pop("labels", None)
+    return blank
+
+
+def _without_images(template: Json) -> Json:
+    blank = _without_labels(template)
     for container in blank["spec"].get("containers") or []:
         container.pop("image", None)
     return blank
+
+
+def changes_no_container(work: Work, row: Row) -> bool:
+    """Whether moving ``row`` to the desired revision changes no container of its pod
+    (a new pod label alone): an in-place move that takes nothing out of service."""
+    return (not work.desired.gang and work.has_templates(row.revision)
+            and labels_only(work.templates(row.revision), work.desired.templates))
 
 
 def update_mode(work: Work, row: Row, strategy: str, surge_allowed: bool) -> Mode | None:
@@ -593,8 +620,12 @@ def _in_place(work: Work, row: Row) -> Row:
 
 
 def _in_place_unroute(work: Work, row: Row, target: str) -> Row:
-    if work.settings.mark_not_ready_during_lifecycle:
-        work.route(work.instance(row).live, False)
+    live = work.instance(row).live
+    # A pod that already runs the target's images restarts nothing (a new pod label
+    # alone): it stays in rotation while it moves.
+    restarts = any(_images_for(work, target, p) != _spec_images(p) for p in live)
+    if restarts and work.settings.mark_not_ready_during_lifecycle:
+        work.route(live, False)
     return row.step_to(Step.PATCH_IMAGES)
 
 
@@ -649,6 +680,10 @@ def _images_for(work: Work, revision: str, pod: Json) -> dict[str, str]:
     revision's templates gone) those its spec was patched to."""
     if work.has_templates(revision):
         return _target_images(work, revision)
+    return _spec_images(pod)
+
+
+def _spec_images(pod: Json) -> dict[str, str]:
     return {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
 
 
