@@ -31,8 +31,10 @@ from omegitops.lifecycle.failures import (
     check_instance,
     check_pods,
     ended_failure,
+    going_text,
     lost_record,
     revision_caused,
+    stuck_terminating,
     wait_gone,
 )
 from omegitops.lifecycle.missing import REVISION_MISSING
@@ -316,10 +318,23 @@ def _wait_drained(work: Work, row: Row, listed: list[Json]) -> Row | None:
         # have deleted only some of the pods: delete the rest (terminating ones are skipped),
         # or the update would wait for them forever.
         work.delete_unrouted(listed)
-        # The update, and its surge slot, last until the drained pods are gone.
-        work.wake(min(P.deletion_deadline(p) or work.now for p in listed))
-        return row
+        # The update, and its surge slot, last until the drained pods are gone
+        # (update-strategies.txt), however long: the Instance serves from its new pods,
+        # and OME never fails an Instance whose pods all serve (instances.txt). The wait
+        # is named instead, past the deadline too.
+        _wake_for(work, listed)
+        return row.with_op(waiting=going_text(work, listed))
     return None
+
+
+def _wake_for(work: Work, pods: list[Json]) -> None:
+    """Wake when the first of ``pods`` still within its deletion grace reaches its end;
+    a pod past it (a finalizer, a silent node) goes on another's clock, and the pass
+    that sees it gone is woken by the change."""
+    pending = [P.deletion_deadline(p) or work.now for p in pods
+               if p not in stuck_terminating(work, pods)]
+    if pending:
+        work.wake(min(pending))
 
 
 def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
@@ -338,8 +353,10 @@ def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
             work.delete(pod, grace)
         return row
     if mine:
-        work.wake(min(P.deletion_deadline(p) or work.now for p in mine))
-        return row
+        # The old pod keeps serving meanwhile, so this waits without failing; the pods
+        # it waits for are named.
+        _wake_for(work, mine)
+        return row.with_op(waiting=going_text(work, mine))
     if not work.instance(row).live:
         # The old pod went meanwhile (its node stopped reporting and the taint manager
         # deleted it, say): nothing is left to serve, and Ready with no pod would be

@@ -449,3 +449,72 @@ def test_a_label_only_change_recreates_under_the_recreating_strategies(backend, 
     pod = _pod(scenario)
     assert pod["metadata"]["uid"] != before["metadata"]["uid"]
     assert pod["metadata"]["labels"]["team"] == "search"
+
+
+# -- 7. a wait past the deadline names what it waits for ----------------------------------
+
+HOLD = "example.com/hold"
+DEADLINE = {"lifecycle": {"instanceReadyTimeout": "5m"}}
+
+
+def _hold(scenario, name: str, finalizers: list[str] | None) -> None:
+    """Set (or with None remove) ``name``'s finalizers, as another controller would."""
+    from omegitops.cluster.sim import SimCluster
+
+    with SimCluster(scenario.path) as cluster:
+        (pod,) = [p for p in cluster.list_pods() if p["metadata"]["name"] == name]
+        pod["metadata"]["finalizers"] = finalizers
+        cluster.replace_object(pod)
+
+
+def _listed(cli, scenario) -> str:
+    code, out, err = cli("instance", "list", "svc", "-n", "demo", "--cluster",
+                         f"sim:{scenario.path}")
+    assert code == 0, err
+    return out
+
+
+def test_drained_pods_that_never_go_are_named_past_the_deadline(tmp_path, cli):
+    """update-strategies.txt: "The update isn't finished, and the Instance's surge slot
+    isn't free, until the drained pods are gone"; instances.txt: "OME never fails an
+    Instance whose pods all serve". The wait is allowed, but it has a name: a drained pod
+    a finalizer holds stood at WaitDrained past the deadline with ``waiting`` empty."""
+    scenario, change = converged(tmp_path, replicas=1, grace=5, lifecycle=SURGE,
+                                 values=DEADLINE)
+    old = f"{NAME}-0-default-0"
+    _hold(scenario, old, [HOLD])
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) == "WaitDrained")
+    scenario.advance(600)  # past the operation's deadline
+    scenario.run_pass()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["operation"]["step"]) == ("Updating", "WaitDrained"), row
+    waiting = row["operation"]["waiting"]
+    assert waiting and old in waiting and HOLD in waiting, waiting
+    assert f"(waiting: {waiting})" in _listed(cli, scenario)
+    _hold(scenario, old, None)
+    scenario.until(settled)
+    assert rows(scenario)[0]["operation"] is None
+
+
+def test_an_abandoned_surge_whose_pod_never_goes_is_named(tmp_path, cli):
+    """update-strategies.txt: a surge whose target is withdrawn before the hand-over
+    deletes its new pod and the old one keeps serving. A new pod a finalizer holds kept
+    the Instance at Abandon past the deadline with ``waiting`` empty: it is named."""
+    scenario, change = converged(tmp_path, replicas=1, grace=5, lifecycle=SURGE,
+                                 values=DEADLINE)
+    change(image="sglang:v2")
+    new = f"{NAME}-0-default-1"
+    scenario.until(lambda s: bool(s.pods(new)))
+    _hold(scenario, new, [HOLD])
+    change()  # reverted: the surge's revision is withdrawn
+    scenario.until(lambda s: step(s) == "Abandon")
+    scenario.advance(600)
+    scenario.run_pass()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["operation"]["step"]) == ("Updating", "Abandon"), row
+    waiting = row["operation"]["waiting"]
+    assert waiting and new in waiting and HOLD in waiting, waiting
+    assert f"(waiting: {waiting})" in _listed(cli, scenario)
+    _hold(scenario, new, None)
+    scenario.until(settled)
