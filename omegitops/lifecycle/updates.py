@@ -331,8 +331,8 @@ def _wake_for(work: Work, pods: list[Json]) -> None:
     """Wake when the first of ``pods`` still within its deletion grace reaches its end;
     a pod past it (a finalizer, a silent node) goes on another's clock, and the pass
     that sees it gone is woken by the change."""
-    pending = [P.deletion_deadline(p) or work.now for p in pods
-               if p not in stuck_terminating(work, pods)]
+    stuck = stuck_terminating(work, pods)
+    pending = [P.deletion_deadline(p) or work.now for p in pods if p not in stuck]
     if pending:
         work.wake(min(pending))
 
