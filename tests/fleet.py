@@ -31,10 +31,10 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                   grace: int | None = None, annotations: dict | None = None,
                   name: str = "svc", worker_env: dict[str, str] | None = None,
                   gates: list[str] | None = None, namespace: str = "demo",
-                  host_port: int | None = None) -> Path:
+                  host_port: int | None = None, labels: dict | None = None) -> Path:
     """One runtime and one OMENative service ``<namespace>/<name>`` with an engine;
     ``host_port``: on the host network, serving on that port, as the catalogue's RDMA
-    and prefill/decode runtimes do."""
+    and prefill/decode runtimes do; ``labels``: the pod template's own labels."""
     config: dict[str, Any] = {"tolerations": TOLERATIONS}
     if host_port is not None:
         config["hostNetwork"] = True
@@ -42,6 +42,8 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
         config["terminationGracePeriodSeconds"] = grace
     if annotations:
         config["annotations"] = annotations
+    if labels:
+        config["labels"] = labels
     if gates:
         config["schedulingGates"] = [{"name": gate} for gate in gates]
     if workers is None:

@@ -62,9 +62,35 @@ def terminating_text(pod: Json) -> str:
     node = P.node_of(pod)
     where = f" on node {node}" if node else ""
     since = pod["metadata"].get("deletionTimestamp")
+    finalizers = pod["metadata"].get("finalizers") or []
+    if finalizers:
+        return (f"pod {pod['metadata']['name']}{where} is still terminating past its "
+                f"deletion grace ({since}): finalizer {', '.join(finalizers)} holds it "
+                "until its controller removes it")
     return (f"pod {pod['metadata']['name']}{where} is still terminating past its deletion "
             f"grace ({since}): it goes when its node reports again or its Node object is "
             "removed")
+
+
+def going_text(work: Work, pods: list[Json]) -> str | None:
+    """What an operation that waits for ``pods`` to go waits for, naming the first and
+    how many more: a pod past its deletion grace (``terminating_text``: a finalizer, or
+    a node that stopped reporting), else one within it and when that grace ends. None
+    when none is listed."""
+    if not pods:
+        return None
+    stuck = stuck_terminating(work, pods)
+    first = stuck[0] if stuck else min(
+        pods, key=lambda p: P.deletion_deadline(p) or work.now)
+    if stuck:
+        text = terminating_text(first)
+    elif P.is_terminating(first):
+        ends = format_time(P.deletion_deadline(first) or work.now)
+        text = f"pod {first['metadata']['name']} to go: its deletion grace ends at {ends}"
+    else:
+        text = f"pod {first['metadata']['name']} to be deleted"
+    more = len(pods) - 1
+    return text + (f" (and {more} more pod{'' if more == 1 else 's'})" if more else "")
 
 
 def wait_gone(work: Work, row: Row, pods: list[Json]) -> tuple[Row, Json | None]:

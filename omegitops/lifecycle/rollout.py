@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from omegitops.lifecycle.availability import counted_pods, extras, surge_in_use, unavailable
 from omegitops.lifecycle.retries import held, start_wait
-from omegitops.lifecycle.updates import open_update, update_mode
+from omegitops.lifecycle.updates import changes_no_container, open_update, update_mode
 from omegitops.lifecycle.work import Work
 from omegitops.model.budgets import scaled_value
 from omegitops.model.partition import partition_held
@@ -153,7 +153,10 @@ def decide_rollout(work: Work) -> RolloutDecision:
                 continue
             surge_slots += cost
         else:
-            costs = row.index not in down_rows and row.phase != Phase.FAILED
+            # A move that changes no container (a pod label alone) takes nothing out
+            # of service, so it costs no unavailability budget.
+            costs = (row.index not in down_rows and row.phase != Phase.FAILED
+                     and not (mode == Mode.IN_PLACE and changes_no_container(work, row)))
             if costs and max_unavailable is not None and down + 1 > max_unavailable:
                 reasons.append(f"per-Component unavailability budget {max_unavailable} "
                                f"exhausted (would become {down + 1})")

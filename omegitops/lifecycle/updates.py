@@ -6,8 +6,9 @@
 - Drain (RecreatePod, or a change InPlaceIfPossible can't make in place):
   Unroute, DeletePods, WaitGone, CreatePods, WaitReady, WaitAvailable
   (lifecycle/bringup.py).
-- InPlace (only regular containers' images changed): Unroute, PatchImages,
-  WaitReady, WaitAvailable.
+- InPlace (only regular containers' images, or pod labels, changed): Unroute,
+  PatchImages, WaitReady, WaitAvailable. A new pod label alone restarts nothing:
+  the pod stays in rotation, only its ``ome.io/revision`` label moves.
 
 update-strategies.txt "Changing the pod template mid-surge" decides what a
 surge does when its target revision is withdrawn.
@@ -30,8 +31,10 @@ from omegitops.lifecycle.failures import (
     check_instance,
     check_pods,
     ended_failure,
+    going_text,
     lost_record,
     revision_caused,
+    stuck_terminating,
     wait_gone,
 )
 from omegitops.lifecycle.missing import REVISION_MISSING
@@ -65,17 +68,43 @@ SURGE_ABANDONED, GANG_SURGE_ABANDONED = "SurgeAbandoned", "GangSurgeAbandoned"
 
 
 def images_only(old: dict[str, Json], new: dict[str, Json]) -> bool:
-    """Whether two single-pod template sets differ in regular containers' images alone."""
+    """Whether two single-pod template sets differ in regular containers' images and
+    pod labels alone: what an in-place update can make.
+
+    update-strategies.txt: "A label that you add to the pod template reaches the pod
+    only when OME recreates it", so a label is no reason to recreate; the pod keeps the
+    labels it has. Annotations are "any other change"."""
     if set(old) != {DEFAULT} or set(new) != {DEFAULT}:
         return False
     return _without_images(old[DEFAULT]) == _without_images(new[DEFAULT])
 
 
-def _without_images(template: Json) -> Json:
+def labels_only(old: dict[str, Json], new: dict[str, Json]) -> bool:
+    """Whether two single-pod template sets differ in pod labels alone: an in-place
+    update that changes no container (nothing restarts)."""
+    if set(old) != {DEFAULT} or set(new) != {DEFAULT}:
+        return False
+    return _without_labels(old[DEFAULT]) == _without_labels(new[DEFAULT])
+
+
+def _without_labels(template: Json) -> Json:
     blank = copy.deepcopy(template)
+    blank.get("metadata", {}).pop("labels", None)
+    return blank
+
+
+def _without_images(template: Json) -> Json:
+    blank = _without_labels(template)
     for container in blank["spec"].get("containers") or []:
         container.pop("image", None)
     return blank
+
+
+def changes_no_container(work: Work, row: Row) -> bool:
+    """Whether moving ``row`` to the desired revision changes no container of its pod
+    (a new pod label alone): an in-place move that takes nothing out of service."""
+    return (not work.desired.gang and work.has_templates(row.revision)
+            and labels_only(work.templates(row.revision), work.desired.templates))
 
 
 def update_mode(work: Work, row: Row, strategy: str, surge_allowed: bool) -> Mode | None:
@@ -291,10 +320,23 @@ def _wait_drained(work: Work, row: Row, listed: list[Json]) -> Row | None:
         # have deleted only some of the pods: delete the rest (terminating ones are skipped),
         # or the update would wait for them forever.
         work.delete_unrouted(listed)
-        # The update, and its surge slot, last until the drained pods are gone.
-        work.wake(min(P.deletion_deadline(p) or work.now for p in listed))
-        return row
+        # The update, and its surge slot, last until the drained pods are gone
+        # (update-strategies.txt), however long: the Instance serves from its new pods,
+        # and OME never fails an Instance whose pods all serve (instances.txt). The wait
+        # is named instead, past the deadline too.
+        _wake_for(work, listed)
+        return row.with_op(waiting=going_text(work, listed))
     return None
+
+
+def _wake_for(work: Work, pods: list[Json]) -> None:
+    """Wake when the first of ``pods`` still within its deletion grace reaches its end;
+    a pod past it (a finalizer, a silent node) goes on another's clock, and the pass
+    that sees it gone is woken by the change."""
+    stuck = stuck_terminating(work, pods)
+    pending = [P.deletion_deadline(p) or work.now for p in pods if p not in stuck]
+    if pending:
+        work.wake(min(pending))
 
 
 def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
@@ -313,8 +355,10 @@ def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
             work.delete(pod, grace)
         return row
     if mine:
-        work.wake(min(P.deletion_deadline(p) or work.now for p in mine))
-        return row
+        # The old pod keeps serving meanwhile, so this waits without failing; the pods
+        # it waits for are named.
+        _wake_for(work, mine)
+        return row.with_op(waiting=going_text(work, mine))
     if not work.instance(row).live:
         # The old pod went meanwhile (its node stopped reporting and the taint manager
         # deleted it, say): nothing is left to serve, and Ready with no pod would be
@@ -595,8 +639,12 @@ def _in_place(work: Work, row: Row) -> Row:
 
 
 def _in_place_unroute(work: Work, row: Row, target: str) -> Row:
-    if work.settings.mark_not_ready_during_lifecycle:
-        work.route(work.instance(row).live, False)
+    live = work.instance(row).live
+    # A pod that already runs the target's images restarts nothing (a new pod label
+    # alone): it stays in rotation while it moves.
+    restarts = any(_images_for(work, target, p) != _spec_images(p) for p in live)
+    if restarts and work.settings.mark_not_ready_during_lifecycle:
+        work.route(live, False)
     return row.step_to(Step.PATCH_IMAGES)
 
 
@@ -651,6 +699,10 @@ def _images_for(work: Work, revision: str, pod: Json) -> dict[str, str]:
     revision's templates gone) those its spec was patched to."""
     if work.has_templates(revision):
         return _target_images(work, revision)
+    return _spec_images(pod)
+
+
+def _spec_images(pod: Json) -> dict[str, str]:
     return {c["name"]: c.get("image") for c in pod["spec"]["containers"]}
 
 

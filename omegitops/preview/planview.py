@@ -149,7 +149,9 @@ def in_place_only_will_stall(lifecycle: ComponentLifecycle, old: dict[str, Any] 
         return None
     if old is None or old == new or images_only(old, new):
         return None
-    others = [c.path for c in template_diff(old, new) if not _is_image(c.path)]
+    # Images and pod labels move in place: what is refused is the rest.
+    others = [c.path for c in template_diff(old, new)
+              if not _is_image(c.path) and ".metadata.labels" not in f".{c.path}"]
     shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
     return PlanWarning(IN_PLACE_ONLY_WILL_STALL, (
         f"InPlaceOnly will refuse this change: it is more than container images ({shown}). "

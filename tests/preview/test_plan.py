@@ -129,6 +129,22 @@ def test_in_place_only_warns_on_a_non_image_change_of_a_single_pod_component():
     assert "env[LOG]" in warning.message and "InPlaceUpdateNotPossible" in warning.message
 
 
+def test_in_place_only_does_not_warn_on_a_new_pod_label():
+    """update-strategies.txt: "A label that you add to the pod template reaches the pod
+    only when OME recreates it": InPlaceOnly moves such a change in place, with or
+    without new images, so the plan foresees no stall; an annotation still stalls."""
+    life = {"updateStrategy": {"type": "InPlaceOnly"}}
+    isvc = service(life)
+    for change in ({"labels": {"team": "a"}},
+                   {"labels": {"team": "a"}, "runner": {"image": "img:2"}}):
+        labelled = service(life, **change)
+        assert in_place_only_will_stall(resolved(isvc), templates(isvc),
+                                        templates(labelled)) is None
+    noted = service(life, annotations={"team": "a"})
+    assert in_place_only_will_stall(resolved(isvc), templates(isvc),
+                                    templates(noted)) is not None
+
+
 def test_in_place_only_does_not_warn_on_images_gangs_or_other_strategies():
     isvc = service({"updateStrategy": {"type": "InPlaceOnly"}})
     image = service({"updateStrategy": {"type": "InPlaceOnly"}}, runner={"image": "img:2"})

@@ -442,3 +442,162 @@ def test_a_held_revision_holds_the_rollout(tmp_path):
     assert all(r["revision"] != target for r in rows(scenario).values())
     change(image="sglang:v1")
     scenario.until(lambda s: s.status(NAME)["rolloutHold"] is None)
+
+
+# -- 3. a label is no reason to recreate --------------------------------------------------
+
+TEAM = {"team": "search"}
+
+
+def _pod(s) -> dict:
+    (pod,) = [p for p in s.pods(f"{NAME}-0-") if not P.is_terminating(p)]
+    return pod
+
+
+def _restarts(pod: dict) -> int:
+    return sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses") or [])
+
+
+def test_an_image_change_with_a_new_label_is_made_in_place(backend):
+    """update-strategies.txt: "When only the images of regular containers change,
+    InPlaceIfPossible and InPlaceOnly update a single-pod Instance in place ... A label
+    that you add to the pod template reaches the pod only when OME recreates it." An
+    image change that also adds a pod label was made by recreating the pod (incarnation
+    2): the label is no change that needs a new pod."""
+    life = strategy("InPlaceIfPossible")
+    scenario, change = backend.converged(replicas=1, grace=2, lifecycle=life)
+    before = _pod(scenario)
+    change(image="sglang:v2", labels=TEAM)
+    scenario.until(settled, seconds=180)
+    row = rows(scenario)[0]
+    assert (row["phase"], row["incarnation"]) == ("Ready", 1), row
+    pod = _pod(scenario)
+    assert pod["metadata"]["uid"] == before["metadata"]["uid"]
+    assert pod["spec"]["containers"][0]["image"] == "sglang:v2"
+    assert "team" not in pod["metadata"]["labels"]  # until OME recreates it
+    assert pod["metadata"]["labels"]["ome.io/revision"] == row["revision"]
+
+
+def test_in_place_only_moves_a_label_only_change_without_refusing_it(backend):
+    """update-strategies.txt: "InPlaceOnly refuses any other change" than images; a
+    label that the pod gets only when it is recreated is no change to refuse. A new
+    pod label alone was refused with InPlaceUpdateNotPossible and stalled the rollout."""
+    life = strategy("InPlaceOnly")
+    scenario, change = backend.converged(replicas=2, grace=2, lifecycle=life)
+    uids = {p["metadata"]["uid"] for p in scenario.pods(NAME)}
+    change(labels=TEAM)
+    scenario.until(settled, seconds=180)
+    assert not scenario.events("InPlaceUpdateNotPossible")
+    assert scenario.status(NAME)["rolloutHold"] is None
+    assert {r["incarnation"] for r in rows(scenario).values()} == {1}
+    assert {p["metadata"]["uid"] for p in scenario.pods(NAME)} == uids
+
+
+def test_a_label_only_change_moves_in_place_without_leaving_rotation(backend):
+    """update-strategies.txt: a label reaches the pod only when OME recreates it, and
+    only images are changed in place: a label-only change leaves the pod as it is
+    (same pod, same incarnation, no container restarted) and the Instance moves to the
+    new revision. It changes no container, so the pod stays in rotation throughout.
+    InPlaceIfPossible recreated the pod (incarnation 2)."""
+    life = strategy("InPlaceIfPossible", maxUnavailable=0)
+    scenario, change = backend.converged(replicas=1, grace=2, lifecycle=life)
+    before = _pod(scenario)
+    out: list[int] = []
+    scenario.watches.append(
+        lambda s: all(P.is_ready(p) and P.gate_set(p) for p in s.pods(NAME))
+        or out.append(s.passes))
+    change(labels=TEAM)
+    # maxUnavailable 0: a move that took the pod out of rotation would be held for good.
+    scenario.until(settled, seconds=180)
+    assert not out, f"out of rotation after passes {out}"
+    row = rows(scenario)[0]
+    assert (row["phase"], row["incarnation"]) == ("Ready", 1), row
+    assert row["revision"] == scenario.replica(NAME)["spec"]["revision"]
+    pod = _pod(scenario)
+    assert pod["metadata"]["uid"] == before["metadata"]["uid"]
+    assert _restarts(pod) == _restarts(before)
+    assert pod["metadata"]["labels"]["ome.io/revision"] == row["revision"]
+    assert scenario.status(NAME)["rolloutHold"] is None
+
+
+@pytest.mark.parametrize("kind", ["RecreatePod", "SurgeThenDrain"])
+def test_a_label_only_change_recreates_under_the_recreating_strategies(backend, kind):
+    """update-strategies.txt: RecreatePod and SurgeThenDrain replace the pods for any new
+    revision; a label-only change among them."""
+    life = strategy(kind, maxSurge=1, maxUnavailable=1)
+    scenario, change = backend.converged(replicas=1, grace=2, lifecycle=life)
+    before = _pod(scenario)
+    change(labels=TEAM)
+    scenario.until(settled, seconds=180)
+    pod = _pod(scenario)
+    assert pod["metadata"]["uid"] != before["metadata"]["uid"]
+    assert pod["metadata"]["labels"]["team"] == "search"
+
+
+# -- 7. a wait past the deadline names what it waits for ----------------------------------
+
+HOLD = "example.com/hold"
+DEADLINE = {"lifecycle": {"instanceReadyTimeout": "5m"}}
+
+
+def _hold(scenario, name: str, finalizers: list[str] | None) -> None:
+    """Set (or with None remove) ``name``'s finalizers, as another controller would."""
+    from omegitops.cluster.sim import SimCluster
+
+    with SimCluster(scenario.path) as cluster:
+        (pod,) = [p for p in cluster.list_pods() if p["metadata"]["name"] == name]
+        pod["metadata"]["finalizers"] = finalizers
+        cluster.replace_object(pod)
+
+
+def _listed(cli, scenario) -> str:
+    code, out, err = cli("instance", "list", "svc", "-n", "demo", "--cluster",
+                         f"sim:{scenario.path}")
+    assert code == 0, err
+    return out
+
+
+def test_drained_pods_that_never_go_are_named_past_the_deadline(tmp_path, cli):
+    """update-strategies.txt: "The update isn't finished, and the Instance's surge slot
+    isn't free, until the drained pods are gone"; instances.txt: "OME never fails an
+    Instance whose pods all serve". The wait is allowed, but it has a name: a drained pod
+    a finalizer holds stood at WaitDrained past the deadline with ``waiting`` empty."""
+    scenario, change = converged(tmp_path, replicas=1, grace=5, lifecycle=SURGE,
+                                 values=DEADLINE)
+    old = f"{NAME}-0-default-0"
+    _hold(scenario, old, [HOLD])
+    change(image="sglang:v2")
+    scenario.until(lambda s: step(s) == "WaitDrained")
+    scenario.advance(600)  # past the operation's deadline
+    scenario.run_pass()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["operation"]["step"]) == ("Updating", "WaitDrained"), row
+    waiting = row["operation"]["waiting"]
+    assert waiting and old in waiting and HOLD in waiting, waiting
+    assert f"(waiting: {waiting})" in _listed(cli, scenario)
+    _hold(scenario, old, None)
+    scenario.until(settled)
+    assert rows(scenario)[0]["operation"] is None
+
+
+def test_an_abandoned_surge_whose_pod_never_goes_is_named(tmp_path, cli):
+    """update-strategies.txt: a surge whose target is withdrawn before the hand-over
+    deletes its new pod and the old one keeps serving. A new pod a finalizer holds kept
+    the Instance at Abandon past the deadline with ``waiting`` empty: it is named."""
+    scenario, change = converged(tmp_path, replicas=1, grace=5, lifecycle=SURGE,
+                                 values=DEADLINE)
+    change(image="sglang:v2")
+    new = f"{NAME}-0-default-1"
+    scenario.until(lambda s: bool(s.pods(new)))
+    _hold(scenario, new, [HOLD])
+    change()  # reverted: the surge's revision is withdrawn
+    scenario.until(lambda s: step(s) == "Abandon")
+    scenario.advance(600)
+    scenario.run_pass()
+    row = rows(scenario)[0]
+    assert (row["phase"], row["operation"]["step"]) == ("Updating", "Abandon"), row
+    waiting = row["operation"]["waiting"]
+    assert waiting and new in waiting and HOLD in waiting, waiting
+    assert f"(waiting: {waiting})" in _listed(cli, scenario)
+    _hold(scenario, new, None)
+    scenario.until(settled)
