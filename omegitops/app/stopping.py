@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-from omegitops.util import earlysignals
+from omegitops.util import earlysignals, signalmask
 
 log = logging.getLogger("omegitops")
 
@@ -48,6 +48,8 @@ class OrderlyStop:
         self.deferring = True
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if signalmask.held(signum):  # a moment that must not be cut: it comes at its end
+            return
         first = self.signum is None
         if first:
             self.signum = signum

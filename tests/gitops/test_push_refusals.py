@@ -7,11 +7,13 @@ side (a writer holding the branch's lock, a long coloured refusal)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -113,15 +115,34 @@ def signal_at(real, after: bool):
     return call
 
 
+@contextlib.contextmanager
+def another_thread(running: bool):
+    """A second thread that does not block signals (as a client's pool would): the
+    kernel may hand it the process's SIGTERM instead of the main thread."""
+    if not running:
+        yield
+        return
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+@pytest.mark.parametrize("threads", ["main thread only", "another thread"])
 @pytest.mark.parametrize("moment", ["made", "removed"])
 def test_a_sigterm_while_the_clone_folder_is_made_or_removed_leaves_nothing(
-        tmp_path, bare, monkeypatch, moment):
+        tmp_path, bare, monkeypatch, moment, threads):
     workdir = tmp_path / "tmp"
     workdir.mkdir()
     if moment == "made":  # the folder exists, the code that removes it is not running yet
         monkeypatch.setattr(tempfile, "mkdtemp", signal_at(tempfile.mkdtemp, after=True))
     else:  # the removal is starting
         monkeypatch.setattr(shutil, "rmtree", signal_at(shutil.rmtree, after=False))
-    with orderly_stop(), pytest.raises(Interrupted), checkout(bare.as_uri(), workdir=workdir):
+    with another_thread(threads == "another thread"), orderly_stop(), \
+            pytest.raises(Interrupted), checkout(bare.as_uri(), workdir=workdir):
         pass
     assert list(workdir.iterdir()) == []
