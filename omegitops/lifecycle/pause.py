@@ -36,6 +36,8 @@ class Pause:
     where: str
     by: str
     since: str | None = None
+    # The field that declares a Git pause.
+    field: str | None = None
 
 
 def annotation_value(by: str, since: str) -> str:
@@ -60,22 +62,26 @@ def cluster_pause(annotations: dict[str, Any] | None) -> Pause | None:
                  since if isinstance(since, str) and since else None)
 
 
-def git_pause(lifecycle: ComponentLifecycle, namespace: str, isvc: str) -> Pause | None:
-    """The pause the repository declares: the field that set it, and on which object."""
+def git_pause(lifecycle: ComponentLifecycle, namespace: str, isvc: str,
+              at: str | None = None) -> Pause | None:
+    """The pause the repository declares: the field that set it, on which object, and
+    ``at`` which file and line when the caller knows it."""
     if not lifecycle.settings.paused:
         return None
     found = lifecycle.fields.get("paused")
     path = ".".join(str(p) for p in found.path) if found and found.path else (
         f"spec.{lifecycle.component}.lifecycle.paused")
     owner = "the runtime of " if found and found.source == "runtime" else ""
-    return Pause(GIT, f"Git: {path} of {owner}InferenceService {namespace}/{isvc}")
+    where = f" ({at})" if at else ""
+    return Pause(GIT, f"Git: {path} of {owner}InferenceService {namespace}/{isvc}{where}",
+                 field=path)
 
 
 def pauses(lifecycle: ComponentLifecycle, namespace: str, isvc: str,
-           annotations: dict[str, Any] | None) -> tuple[Pause, ...]:
+           annotations: dict[str, Any] | None, at: str | None = None) -> tuple[Pause, ...]:
     """Everything that pauses the component, the cluster's first (the one a person set
-    last, and the one ``resume`` lifts)."""
-    found = (cluster_pause(annotations), git_pause(lifecycle, namespace, isvc))
+    last, and the one ``resume`` lifts); ``at``: where Git declares its pause."""
+    found = (cluster_pause(annotations), git_pause(lifecycle, namespace, isvc, at))
     return tuple(pause for pause in found if pause is not None)
 
 
@@ -92,5 +98,5 @@ def how_to_resume(found: tuple[Pause, ...], isvc: str, namespace: str,
         if pause.where == CLUSTER:
             ways.append(f"omegitops rollout resume {isvc} -c {component} -n {namespace}")
         else:
-            ways.append(f"remove {pause.by.split(' ')[1]} in Git")
+            ways.append(f"remove {pause.field} in Git")
     return " and ".join(ways)

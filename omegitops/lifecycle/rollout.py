@@ -194,7 +194,8 @@ def _pauses(work: Work) -> tuple[Pause, ...]:
     annotation as observed (the cluster)."""
     desired = work.desired
     annotations = ((work.observed.replica or {}).get("metadata") or {}).get("annotations")
-    return pauses(desired.lifecycle, desired.namespace, desired.isvc, annotations)
+    return pauses(desired.lifecycle, desired.namespace, desired.isvc, annotations,
+                  desired.paused_at)
 
 
 def apply_rollout(work: Work, decision: RolloutDecision,

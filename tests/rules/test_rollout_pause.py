@@ -133,8 +133,8 @@ def test_a_rollout_paused_in_git_moves_nothing_until_the_field_goes(backend):
     scenario.until(lambda s: _hold(s).get("gate") == "Paused" and _resting(s))
     assert {r["revision"] for r in rows(scenario).values()} == {old}
     hold = _hold(scenario)
-    assert hold["by"] == f"Git: spec.engine.lifecycle.paused of InferenceService " \
-        f"{scenario.namespace}/svc", hold
+    assert hold["by"] == (f"Git: spec.engine.lifecycle.paused of InferenceService "
+                          f"{scenario.namespace}/svc (services/svc.yaml)"), hold
     assert "remove spec.engine.lifecycle.paused in Git" in hold["reason"]
     # Resume lifts only the cluster's pause, and says Git's still holds.
     assert "still paused in Git" in _resume(scenario)
