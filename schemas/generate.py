@@ -146,6 +146,9 @@ def lifecycle_defs() -> Schema:
                 "restartPolicy": {"type": "string", "enum": RESTART_POLICIES},
                 "instanceReadyTimeout": {"$ref": "#/$defs/Duration"},
                 "migrationPolicy": closed({"mode": {"type": "string", "enum": ["Auto", "Never"]}}),
+                # No update starts while it is true (update-strategies.txt "Pause and
+                # resume a rollout").
+                "paused": {"type": "boolean"},
             }
         ),
         "UpdateStrategy": closed(
@@ -694,7 +697,8 @@ def inference_replica_document() -> Schema:
             required=["sequence", "type", "reason", "message"],
         ),
         "RolloutHold": open_object(
-            {"gate": string, "reason": string, "since": time, "target": nullable(revision)},
+            {"gate": string, "reason": string, "since": time, "target": nullable(revision),
+             "by": string},
             required=["gate", "reason"],
         ),
         "ColumnarInstances": closed(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -57,7 +57,7 @@ from omegitops.model.replica import decode_rows, encode_rows, replica_name
 from omegitops.model.state import Row
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.desired import build_desired
-from omegitops.render.resolve import OMENATIVE, ComponentLifecycle, Resolved
+from omegitops.render.resolve import OMENATIVE, RUNTIME, ComponentLifecycle, Resolved
 from omegitops.render.revisions import pack_revision, stored_templates
 from omegitops.render.templates import (
     LABEL_COMPONENT,
@@ -329,6 +329,8 @@ def plan_item(seen: Observation, item: ServiceComponent,
     desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
                             item.lifecycle, observed.revisions, observed.replica,
                             item.operator, item.templates, item.revision_hash)
+    if item.lifecycle.settings.paused:
+        desired = replace(desired, paused_at=paused_at(item))
     if is_converged(desired, observed):
         return desired, observed, converged_plan(desired, observed)
     return desired, observed, plan_component(desired, observed, now)
@@ -356,6 +358,14 @@ def plan_each(seen: Observation, items: list[ServiceComponent], now: datetime,
             yield item, None, planning_error(item, err)
             continue
         yield item, planned, None
+
+
+def paused_at(item: ServiceComponent) -> str | None:
+    """The file whose field pauses the component's rollout in Git (a pass has released
+    the files' node trees, so no line)."""
+    found = item.lifecycle.fields.get("paused")
+    manifest = item.runtime if found is not None and found.source == RUNTIME else item.service
+    return None if manifest is None else manifest.path
 
 
 def teardown_desired(replica: dict[str, Any], observed: ObservedComponent) -> DesiredComponent:

@@ -8,8 +8,10 @@ from omegitops.commands import (
     plan,
     reconcile,
     resolve,
+    rollout,
     sim,
     validate,
 )
 
-COMMANDS = [validate, resolve, plan, reconcile, merge_reports, get, instance, events, sim]
+COMMANDS = [validate, resolve, plan, reconcile, merge_reports, get, instance, rollout, events,
+            sim]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omegitops.lifecycle.availability import counted_pods, extras, surge_in_use, unavailable
+from omegitops.lifecycle.pause import Pause, described, how_to_resume, pauses
 from omegitops.lifecycle.retries import held, start_wait
 from omegitops.lifecycle.updates import changes_no_container, open_update, update_mode
 from omegitops.lifecycle.work import Work
@@ -55,7 +56,9 @@ class RolloutDecision:
     - ``hold_reason``: the first budget that kept a candidate waiting, or None.
     - ``wakes``: when the pass should look again (a held slot frees, a backoff ends).
     - ``pending``: Instances remain to move, neither refused nor held by a revision
-      hold, so the component stays busy.
+      hold nor by a pause, so the component stays busy.
+    - ``paused``: what pauses the rollout (lifecycle/pause.py); while anything does,
+      nothing starts.
     """
 
     target: str
@@ -71,6 +74,7 @@ class RolloutDecision:
     hold_reason: str | None
     wakes: tuple[float, ...]
     pending: bool
+    paused: tuple[Pause, ...] = ()
 
     @property
     def starts(self) -> tuple[Move, ...]:
@@ -125,7 +129,10 @@ def decide_rollout(work: Work) -> RolloutDecision:
     moves: list[Move] = []
     wakes: list[float] = []
     holds = frozenset(partition_held(work.rows.values(), target, partition))
-    candidates = [row for row in work.rows.values() if _outdated(work, row, target)]
+    paused = _pauses(work)
+    # A paused rollout starts nothing; what is already moving goes on (advance).
+    candidates = [] if paused else [row for row in work.rows.values()
+                                    if _outdated(work, row, target)]
     # Instances that serve nothing cost no budget to move: take them first.
     candidates.sort(key=lambda r: (r.index not in down_rows and r.phase != Phase.FAILED,
                                    r.index))
@@ -178,7 +185,17 @@ def decide_rollout(work: Work) -> RolloutDecision:
         max_unavailable=max_unavailable, surge_in_use=surge_before, surge_after=surge_slots,
         unavailable=down_before, unavailable_after=down, moves=tuple(moves),
         hold_reason=reasons[0] if reasons else None, wakes=tuple(wakes),
-        pending=bool(outstanding) and not held(work, target))
+        pending=bool(outstanding) and not held(work, target) and not paused,
+        paused=paused)
+
+
+def _pauses(work: Work) -> tuple[Pause, ...]:
+    """What pauses the rollout: the desired lifecycle (Git) and the InferenceReplica's
+    annotation as observed (the cluster)."""
+    desired = work.desired
+    annotations = ((work.observed.replica or {}).get("metadata") or {}).get("annotations")
+    return pauses(desired.lifecycle, desired.namespace, desired.isvc, annotations,
+                  desired.paused_at)
 
 
 def apply_rollout(work: Work, decision: RolloutDecision,
@@ -198,10 +215,23 @@ def apply_rollout(work: Work, decision: RolloutDecision,
         return None
     gate, reason = gate_reason
     since = format_time(work.now)
+    if gate == Gate.PAUSED:
+        return _pause_hold(decision, reason, since, previous_hold)
     if previous_hold and previous_hold.get("gate") == gate \
             and previous_hold.get("target") == decision.target:
         since = previous_hold.get("since") or since
     return Hold(gate, reason, since, decision.target)
+
+
+def _pause_hold(decision: RolloutDecision, reason: str, now: str,
+                previous_hold: Json | None) -> Hold:
+    """A pause holds since the cluster's annotation says, else since the pass that
+    first saw it: a new revision committed while paused does not restart the clock."""
+    since = next((p.since for p in decision.paused if p.since), None)
+    if since is None and previous_hold and previous_hold.get("gate") == Gate.PAUSED.value:
+        since = previous_hold.get("since")
+    return Hold(Gate.PAUSED, reason, since or now, decision.target,
+                by=described(decision.paused))
 
 
 def _hold_gate(work: Work, decision: RolloutDecision) -> tuple[Gate, str] | None:
@@ -209,6 +239,8 @@ def _hold_gate(work: Work, decision: RolloutDecision) -> tuple[Gate, str] | None
     Instance of a component can move, the component's rollout hold names the gate that
     stops it"): a budget; else, with nothing started and nothing moving toward the
     target, a held revision or InPlaceOnly's refusal."""
+    if decision.paused:
+        return Gate.PAUSED, _pause_reason(work, decision)
     if decision.hold_reason is not None:
         return Gate.BUDGET, decision.hold_reason
     if decision.starts or _moving(work, decision.target):
@@ -225,6 +257,26 @@ def _hold_gate(work: Work, decision: RolloutDecision) -> tuple[Gate, str] | None
         return Gate.IN_PLACE_ONLY, (f"InPlaceOnly strategy but diff exceeds container "
                                     f"images (Instances {indices})")
     return None
+
+
+def _pause_reason(work: Work, decision: RolloutDecision) -> str:
+    """What the pause holds, and how to lift it."""
+    desired = work.desired
+    moving = [row.index for row in work.rows.values()
+              if row.operation is not None and row.phase != Phase.FAILED
+              and row.operation.target_revision == decision.target]
+    waiting = sum(1 for row in work.rows.values()
+                  if row.revision != decision.target and row.surge_of is None
+                  and row.phase != Phase.DELETING and row.index not in decision.held
+                  and row.index not in moving)
+    text = (f"rollout paused by {described(decision.paused)}: no update starts; "
+            f"{waiting} Instance{'' if waiting == 1 else 's'} wait on their revision")
+    if moving:
+        text += (f", {len(moving)} already moving "
+                 f"finish{'es' if len(moving) == 1 else ''} first")
+    resume = how_to_resume(decision.paused, desired.isvc, desired.namespace,
+                           desired.component)
+    return f"{text}; to resume: {resume}"
 
 
 def _moving(work: Work, target: str) -> bool:

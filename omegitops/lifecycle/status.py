@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from omegitops.lifecycle.missing import REVISION_MISSING, missing_revisions
+from omegitops.lifecycle.pause import described
 from omegitops.lifecycle.rollout import RolloutOutcome
 from omegitops.lifecycle.work import Work
 from omegitops.model.budgets import scaled_value
@@ -95,7 +96,7 @@ def _conditions(work: Work, rows: list[Row], counts: dict[str, int], want: int,
     desired, now = work.desired, work.now
     wanted = {
         "Ready": _ready(desired, rows, counts, want, rollout),
-        "Progressing": _progressing(rows, want),
+        "Progressing": _progressing(rows, want, rollout),
         "RolloutStalled": _stalled(work, rows, rollout),
         "InstanceReadyTimeoutUnconfigured": _timeout(desired),
         "DrainOverdue": _drain_overdue(rows),
@@ -131,6 +132,12 @@ def _ready(desired: DesiredComponent, rows: list[Row], counts: dict[str, int], w
     staged = _staged(desired, rows, want, rollout.partition)
     if staged:
         return TRUE, "Staged", staged
+    behind = [row.index for row in rows if row.revision != desired.revision]
+    if rollout.decision.paused and behind:
+        return TRUE, "RolloutPaused", (
+            f"{serving}/{want} Instances serving; rollout paused by "
+            f"{described(rollout.decision.paused)} with Instances {_list(behind)} "
+            f"not on {desired.revision}")
     return TRUE, "AllInstancesServing", f"{serving}/{want} Instances serving"
 
 
@@ -150,12 +157,18 @@ def _staged(desired: DesiredComponent, rows: list[Row], want: int,
             f"{desired.revision}, {len(held)} held on the prior revision")
 
 
-def _progressing(rows: list[Row], want: int) -> tuple[str, str, str]:
+def _progressing(rows: list[Row], want: int,
+                 rollout: RolloutOutcome) -> tuple[str, str, str]:
     in_flight = [row for row in rows if row.operation is not None
                  and row.phase != Phase.FAILED]
+    paused = rollout.decision.paused
+    # As a paused Deployment's: the condition says the rollout is paused, and by whom.
+    pause = f"rollout paused by {described(paused)}" if paused else ""
     if in_flight or len(rows) != want:
-        return (TRUE, "InstancesChanging",
-                _plural(len(in_flight), "Instance operation") + " in flight")
+        text = _plural(len(in_flight), "Instance operation") + " in flight"
+        return TRUE, "InstancesChanging", f"{text}; {pause}" if pause else text
+    if pause:
+        return FALSE, "RolloutPaused", f"{pause}: no update starts"
     return FALSE, "Settled", "no Instance operation in flight"
 
 

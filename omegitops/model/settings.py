@@ -50,3 +50,5 @@ class ComponentSettings:
     abandoned_replacement_grace_period: float | None = None
     update_retry: UpdateRetry | None = None
     auto_migrate_max_attempts: int | None = None
+    # lifecycle.paused: no update starts (lifecycle/pause.py).
+    paused: bool = False

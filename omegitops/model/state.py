@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
-from typing import Any, TypedDict, Unpack
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from omegitops.model.steps import Mode, OperationType, Step, check_move, on_table
 
@@ -56,6 +56,9 @@ class Gate(StrEnum):
     HELD = "Held"
     # InPlaceOnly refuses a change beyond container images.
     IN_PLACE_ONLY = "InPlaceOnly"
+    # A person paused the rollout: in Git (lifecycle.paused) or on the cluster (the
+    # InferenceReplica's ome.io/rollout-paused annotation).
+    PAUSED = "Paused"
 
 
 class StoredHold(TypedDict):
@@ -65,16 +68,20 @@ class StoredHold(TypedDict):
     reason: str
     since: str
     target: str
+    # Who or what paused the rollout (a Paused hold only).
+    by: NotRequired[str]
 
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """What holds the rollout: the gate, why, since when, toward which revision."""
+    """What holds the rollout: the gate, why, since when, toward which revision, and
+    for a pause who or what paused it."""
 
     gate: Gate
     reason: str
     since: str
     target: str
+    by: str | None = None
 
     @classmethod
     def from_storage(cls, stored: object) -> Hold | None:
@@ -86,12 +93,16 @@ class Hold:
             gate = Gate(str(stored.get("gate")))
         except ValueError:
             return None
+        by = stored.get("by")
         return cls(gate, str(stored.get("reason") or ""), str(stored.get("since") or ""),
-                   str(stored.get("target") or ""))
+                   str(stored.get("target") or ""), None if by is None else str(by))
 
     def for_storage(self) -> StoredHold:
-        return {"gate": self.gate.value, "reason": self.reason, "since": self.since,
-                "target": self.target}
+        stored: StoredHold = {"gate": self.gate.value, "reason": self.reason,
+                              "since": self.since, "target": self.target}
+        if self.by is not None:
+            stored["by"] = self.by
+        return stored
 
 
 class Outcome(Enum):

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from omegitops.lifecycle.pause import described
 from omegitops.lifecycle.planner import Plan
 from omegitops.lifecycle.updates import images_only
 from omegitops.manifests.load import Loaded, ServiceComponent
@@ -454,6 +455,10 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
         "templateDiff": None,
         "toMove": 0,
         "heldByPartition": 0,
+        # Who or what pauses the rollout (Git's lifecycle.paused, the cluster's
+        # annotation), and the Instances the pause keeps from moving.
+        "pausedBy": None,
+        "heldByPause": 0,
         "pacing": None,
     }
     desired, observed, plan = planned.desired, planned.observed, planned.plan
@@ -484,6 +489,10 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
                                                           desired.templates)],
         changes=not plan.is_noop,
     )
+    if plan.decision is not None and plan.decision.paused:
+        # A paused rollout moves nothing: what would move waits for the resume.
+        view.update(pausedBy=described(plan.decision.paused), toMove=0,
+                    heldByPause=view["toMove"])
     view["pacing"] = pacing(lifecycle, hold, rows)
     # What the reviewer asks first: does this component change at all?
     view["changed"] = bool(revision["old"] != revision["new"] or view["lifecycleChanges"]

@@ -28,6 +28,9 @@ class DesiredComponent:
     # OME's labels and annotations on every pod of the component
     # (templates.ome_pod_metadata).
     pod_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The file that declares lifecycle.paused, when the repository does: the
+    # rollout hold names it (lifecycle/pause.py).
+    paused_at: str | None = None
 
     @property
     def name(self) -> str:

@@ -112,10 +112,13 @@ LIFECYCLE_FIELDS: dict[str, tuple[str, ...]] = {
     "restartPolicy": ("restartPolicy",),
     "instanceReadyTimeout": ("instanceReadyTimeout",),
     "migrationPolicy.mode": ("migrationPolicy", "mode"),
+    "paused": ("paused",),
 }
 # Fields that belong in the InferenceReplica's spec.lifecycle (minReadySeconds
-# has a field of its own there).
-SPEC_FIELDS = {k: v for k, v in LIFECYCLE_FIELDS.items() if k != "minReadySeconds"}
+# has a field of its own there; a pause reaches the planner with the desired
+# component and shows in the rollout hold, so toggling it rewrites no spec).
+SPEC_FIELDS = {k: v for k, v in LIFECYCLE_FIELDS.items()
+               if k not in ("minReadySeconds", "paused")}
 RUNTIME_CONFIG = {"engine": "engineConfig", "decoder": "decoderConfig", "router": "routerConfig"}
 
 
@@ -272,6 +275,8 @@ def _fields(
         "instanceReadyTimeout"))
     fields["instanceReadyTimeout"] = timeout
     fields["migrationPolicy.mode"] = pick("migrationPolicy.mode", default="Auto")
+    # No operator level: a pause is a person's, for a service (or a runtime's services).
+    fields["paused"] = pick("paused", default=False)
     fields.update(_operator_fields(isvc, operator))
     return fields
 
@@ -347,6 +352,7 @@ def _settings(fields: dict[str, Resolved], operator: OperatorSettings) -> Compon
         abandoned_replacement_grace_period=operator.abandoned_replacement_grace_period,
         update_retry=operator.update_retry,
         auto_migrate_max_attempts=operator.auto_migrate_max_attempts,
+        paused=resolved("paused") is True,
     )
 
 

@@ -294,7 +294,9 @@ def component_health(view: dict, rows: list[Row], events: list[dict],
         return PROGRESSING, "; ".join(unsettled)
     if staged:
         return STAGED, staged_text(staged).removeprefix("Staged ")
-    return HEALTHY, f"{view['ready']}/{view['desired']} Instances ready and available"
+    text = f"{view['ready']}/{view['desired']} Instances ready and available"
+    paused = _paused(view["rolloutHold"])
+    return HEALTHY, f"{text}; {paused}" if paused else text
 
 
 def _unsettled(view: dict, rows: list[Row], staged: bool = False) -> list[str]:
@@ -313,9 +315,21 @@ def _unsettled(view: dict, rows: list[Row], staged: bool = False) -> list[str]:
         current = view["currentRevision"]
         reasons.append(f"current revision {current} is not {view['revision']}" if current
                        else f"no Instance runs {view['revision']} yet")
-    if view["rolloutHold"]:
+    paused = _paused(view["rolloutHold"])
+    if paused:
+        # A pause alone leaves the component at rest: it says so without unsettling it.
+        if reasons:
+            reasons.append(paused)
+    elif view["rolloutHold"]:
         reasons.append("rollout held")
     return reasons
+
+
+def _paused(hold: dict | None) -> str | None:
+    """Who paused the rollout and since when, while a pause holds it."""
+    if not hold or hold.get("gate") != "Paused":
+        return None
+    return f"rollout paused by {hold.get('by') or 'unknown'} since {hold.get('since') or '-'}"
 
 
 def _condition(view: dict, kind: str) -> dict | None:
@@ -424,7 +438,10 @@ def phase_summary(phases: list[dict]) -> str:
 def _hold(hold: dict | None) -> dict | None:
     if not hold:
         return None
-    return {key: hold.get(key) for key in ("gate", "reason", "target", "since")}
+    shown = {key: hold.get(key) for key in ("gate", "reason", "target", "since")}
+    if hold.get("by"):
+        shown["by"] = hold["by"]  # who or what paused it (a Paused hold)
+    return shown
 
 
 def _manifest_errors(errors: list) -> list[dict]:

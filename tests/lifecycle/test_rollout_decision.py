@@ -226,3 +226,30 @@ def test_deciding_changes_nothing_and_acting_opens_what_was_decided():
     assert opened == [m.index for m in decision.starts] == [0]
     assert outcome.hold is not None and outcome.hold.reason == decision.hold_reason
     assert [e.reason for e in work.events] == ["InstanceUpdating"]
+
+
+@pytest.mark.parametrize("where", ["git", "cluster"])
+def test_a_paused_rollout_starts_nothing_and_names_who_paused_it(where):
+    """update-strategies.txt "Pause and resume a rollout": the pause comes in with the
+    desired lifecycle (Git) or the observed InferenceReplica's annotation (the cluster);
+    nothing starts, nothing is pending, and the hold names Paused and who."""
+    component = Component(3)
+    work = component.work()
+    if where == "git":
+        lifecycle = replace(work.desired.lifecycle, settings=replace(
+            work.desired.lifecycle.settings, paused=True))
+        work.desired = replace(work.desired, lifecycle=lifecycle)
+        by = "Git: spec.engine.lifecycle.paused of InferenceService ns/svc"
+    else:
+        since = format_time(NOW - 60)
+        work.observed.replica = {"metadata": {"annotations": {
+            "ome.io/rollout-paused": f'{{"by": "alice", "since": "{since}"}}'}}}
+        by = "alice"
+    decision = decide_rollout(work)
+    assert decision.starts == () and not decision.pending
+    assert [pause.by for pause in decision.paused] == [by]
+    hold = plan_rollout(work, None).hold
+    assert hold is not None and (hold.gate, hold.by) == ("Paused", by)
+    assert "3 Instances wait on their revision" in hold.reason
+    if where == "cluster":
+        assert hold.since == format_time(NOW - 60)

@@ -1,0 +1,116 @@
+"""``omegitops rollout pause|resume``: stop a component's rollout on the cluster, and
+let it go on (update-strategies.txt "Pause and resume a rollout"; min-ready-seconds.txt:
+"hold a rollout in progress with the alpha kubectl ome rollout pause action, and
+continue it with resume").
+
+An emergency action that needs no commit: ``pause`` records who and since when in the
+InferenceReplica's ``ome.io/rollout-paused`` annotation, which the next pass honours
+(lifecycle/pause.py); ``resume`` removes it. A pause declared in Git
+(``lifecycle.paused: true``) is the repository's, and only a commit lifts it: resume
+says so when one is still in force.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+from typing import Any
+
+from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
+from omegitops.cluster.errors import Conflict
+from omegitops.commands.instance import COMPONENTS, read_replica
+from omegitops.lifecycle.pause import PAUSE_ANNOTATION, annotation_value, cluster_pause
+from omegitops.util.errors import OmegitopsError
+from omegitops.util.times import format_time
+
+# A pass may write the InferenceReplica between our read and our write: read again.
+ATTEMPTS = 5
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("rollout", help="pause or resume a component's rollout")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    pause = verbs.add_parser("pause", help="start no new update until resumed")
+    _common_args(pause)
+    pause.add_argument("--by", default=None,
+                       help="who pauses it, as the hold shows (default: the login name)")
+    pause.set_defaults(func=run_pause)
+    resume = verbs.add_parser("resume", help="lift a pause made with rollout pause")
+    _common_args(resume)
+    resume.set_defaults(func=run_resume)
+
+
+def _common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("isvc", metavar="NAME", help="the InferenceService")
+    parser.add_argument("-n", "--namespace", required=True)
+    parser.add_argument("-c", "--component", choices=COMPONENTS, default="engine")
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER)
+
+
+def pause(cluster: Any, namespace: str, isvc: str, component: str, by: str) -> str:
+    """Record the pause on the InferenceReplica; what to print. A pause already there
+    is kept as it is (its since stays the first one's)."""
+    def change(annotations: dict[str, str]) -> str | None:
+        found = cluster_pause(annotations)
+        if found is not None:
+            return f"already paused by {found.by} since {found.since or '-'}"
+        annotations[PAUSE_ANNOTATION] = annotation_value(by, format_time(cluster.now().timestamp()))
+        return None
+
+    kept = _annotate(cluster, namespace, isvc, component, change)
+    name = f"{isvc} ({component}) in {namespace}"
+    return f"rollout of {name} {kept}" if kept else (
+        f"rollout of {name} paused by {by}: no update starts from the next pass")
+
+
+def resume(cluster: Any, namespace: str, isvc: str, component: str) -> str:
+    """Remove the pause the cluster records; what to print."""
+    def change(annotations: dict[str, str]) -> str | None:
+        if PAUSE_ANNOTATION not in annotations:
+            return "was not paused on the cluster"
+        del annotations[PAUSE_ANNOTATION]
+        return None
+
+    kept = _annotate(cluster, namespace, isvc, component, change)
+    replica = read_replica(cluster, namespace, isvc, component)
+    name = f"{isvc} ({component}) in {namespace}"
+    text = f"rollout of {name} {kept}" if kept else f"rollout of {name} resumed"
+    hold = (replica.get("status") or {}).get("rolloutHold") or {}
+    if "Git:" in str(hold.get("by") or ""):
+        text += (f"; still paused in Git ({hold['by']}): a commit that removes it "
+                 "resumes the rollout")
+    return text
+
+
+def _annotate(cluster: Any, namespace: str, isvc: str, component: str,
+              change: Any) -> str | None:
+    """Apply ``change`` to the InferenceReplica's annotations and write it, read again
+    on a conflict; ``change`` returns why nothing is to be written, or None."""
+    for _ in range(ATTEMPTS):
+        replica = read_replica(cluster, namespace, isvc, component)
+        metadata = replica.setdefault("metadata", {})
+        annotations = dict(metadata.get("annotations") or {})
+        kept = change(annotations)
+        if kept is not None:
+            return kept
+        metadata["annotations"] = annotations
+        try:
+            cluster.replace_object(replica)
+        except Conflict:
+            continue
+        return None
+    raise OmegitopsError(f"InferenceReplica {namespace}/{isvc}-{component} kept changing; "
+                         "try again")
+
+
+def run_pause(args: argparse.Namespace) -> int:
+    by = args.by or getpass.getuser()
+    with open_cluster(args.cluster, exclusive=False) as cluster:
+        print(pause(cluster, args.namespace, args.isvc, args.component, by))
+    return 0
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    with open_cluster(args.cluster, exclusive=False) as cluster:
+        print(resume(cluster, args.namespace, args.isvc, args.component))
+    return 0
