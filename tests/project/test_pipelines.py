@@ -433,6 +433,29 @@ def test_no_secret_objects_and_credentials_only_from_the_secret():
         assert "GIT_" not in words, f"{kind}: credentials never on the command line"
 
 
+
+def secret_keys_read() -> set[str]:
+    """The keys of the Secret ``omegitops-git`` that the three jobs read."""
+    return {
+        env["valueFrom"]["secretKeyRef"]["key"]
+        for _, container, _ in pod_settings().values()
+        for env in container["env"]
+        if env.get("valueFrom", {}).get("secretKeyRef", {}).get("name") == GIT_SECRET
+    }
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/getting-started.md", "pipelines/README.md"])
+def test_the_docs_create_the_secret_with_the_keys_the_jobs_read(doc: str):
+    # A Secret made with other keys leaves the job's pod in CreateContainerConfigError.
+    text = (REPO_ROOT / doc).read_text(encoding="utf-8")
+    commands = re.findall(r"create secret generic omegitops-git((?:\\\n|[^\n])*)", text)
+    for command in commands:
+        assert set(re.findall(r"--from-literal=([\w.-]+)=", command)) == secret_keys_read(), doc
+    if doc == "README.md":
+        assert all(f"`{key}`" in text for key in secret_keys_read())
+    else:
+        assert commands, f"{doc} shows how to create the Secret"
+
 # -- RBAC -----------------------------------------------------------------------------
 
 Grant = tuple[str, str, str, str, tuple[str, ...]]  # (scope, group, resource, verb, names)
