@@ -72,7 +72,9 @@ DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 # Go's time.ParseDuration accepts both micro signs (U+00B5 and U+03BC) and a bare "0".
-_DURATION_BODY = r"(0|([0-9]+(\.[0-9]+)?(ns|us|\u00b5s|\u03bcs|ms|s|m|h))+)"
+# The signs are the characters themselves, never a regex escape: RE2 (kubeconform, any
+# Go validator) has no \u escape and refuses the whole schema over one.
+_DURATION_BODY = r"(0|([0-9]+(\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+)"
 # In manifests a negative duration is a schema error, like a negative minReadySeconds.
 DURATION_PATTERN = "^" + _DURATION_BODY + "$"
 # In operator values the sign is allowed: range errors come from Python, with the

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import re
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -291,6 +293,40 @@ def test_every_ref_resolves(filename: str) -> None:
     for ref in refs:
         assert ref.startswith("#/$defs/") and ref.removeprefix("#/$defs/") in schema["$defs"], ref
 
+
+
+# What RE2 (Go's regexp: kubeconform, the API server's CEL, any Go validator) refuses
+# that ECMA-262 and Python accept: one such pattern makes the whole schema unloadable.
+RE2_REFUSES = [
+    (r"\\[uU][0-9a-fA-F{]", "a \\u escape (write the character itself)"),
+    (r"\(\?[=!]|\(\?<[=!]", "a lookaround"),
+    (r"\\[1-9]", "a back-reference"),
+    (r"\\[cZ]", "an escape RE2 does not know"),
+]
+
+
+def patterns(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern" and isinstance(value, str):
+                yield value
+            elif key == "patternProperties" and isinstance(value, dict):
+                yield from value
+            yield from patterns(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from patterns(value)
+
+
+@pytest.mark.parametrize("filename", SCHEMA_FILES + HAND_WRITTEN)
+def test_every_pattern_is_one_go_validators_can_read(filename: str) -> None:
+    schema = json.loads((SCHEMAS / filename).read_text(encoding="utf-8"))
+    found = list(patterns(schema))
+    for pattern in found:
+        for refused, what in RE2_REFUSES:
+            assert not re.search(refused, pattern), f"{pattern!r} has {what}"
+    if filename == "inferenceservice.schema.json":
+        assert any("\u00b5s" in p for p in found), "the micro sign, as a character"
 
 def load_generator():
     spec = importlib.util.spec_from_file_location("schemas_generate", SCHEMAS / "generate.py")
