@@ -85,6 +85,15 @@ def report_folder(text: str) -> str:
     return text
 
 
+def branch_name(text: str) -> str:
+    """An argparse type: a branch name, which an empty value is not (the option was
+    then ignored without a word, and the report read or written elsewhere)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty branch name: give the branch (e.g. "
+                                         "omegitops-status) or leave the option out")
+    return text
+
+
 def output_file(text: str) -> str:
     """An argparse type: a file that can be written: its folder exists, and it is not a
     folder itself (found only once the work is done, either cost a traceback)."""

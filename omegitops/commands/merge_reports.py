@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from omegitops.commands.common import report_folder
+from omegitops.commands.common import branch_name, report_folder
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
 from omegitops.gitops.branch import check_report_branch, publish_report
 from omegitops.gitops.repo import report_path
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--commit", action="store_true",
                         help="commit the merged report when its content changed")
     parser.add_argument("--push", action="store_true", help="push the commit (needs --commit)")
-    parser.add_argument("--report-branch", default=None, metavar="B",
+    parser.add_argument("--report-branch", default=None, metavar="B", type=branch_name,
                         help="with --commit, commit the report onto branch B (made when "
                              "missing) instead of the manifests' branch")
     parser.add_argument("--author", default=DEFAULT_AUTHOR, metavar='"NAME <EMAIL>"')

@@ -29,6 +29,7 @@ from omegitops.cluster import open_cluster, sim_path
 from omegitops.cluster.sim import SimCluster
 from omegitops.commands.common import (
     add_repo_args,
+    branch_name,
     cache_dir,
     output_file,
     print_json,
@@ -74,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         type=report_folder,
                         help="with --base, where the job commits its report, relative to the "
                              f"repository root (default: {DEFAULT_REPORT_DIR})")
-    parser.add_argument("--report-branch", default=None, metavar="B",
+    parser.add_argument("--report-branch", default=None, metavar="B", type=branch_name,
                         help="with --base, the branch the job commits its report onto "
                              "(reconcile --report-branch): the report is read from origin/B "
                              "(else B) rather than from REF")

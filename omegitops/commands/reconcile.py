@@ -15,7 +15,13 @@ from omegitops.app.run import RunOutcome, pruning, run_passes
 from omegitops.app.shards import Shard
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.errors import LockHeld
-from omegitops.commands.common import add_repo_args, cache_dir, report_folder, seconds
+from omegitops.commands.common import (
+    add_repo_args,
+    branch_name,
+    cache_dir,
+    report_folder,
+    seconds,
+)
 from omegitops.commands.get import replica_table
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
 from omegitops.gitops.branch import check_report_branch, publish_report
@@ -42,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--until-idle", action="store_true",
                         help="repeat passes while operations are in flight")
     parser.add_argument("--max-seconds", type=seconds, default=3600.0,
-                        help="time budget of --until-idle (simulated seconds on sim:)")
+                        help="time budget of --until-idle in seconds (simulated seconds on sim:; "
+                             "default: 3600)")
     parser.add_argument("--shard", default=None, metavar="I/N",
                         help="reconcile only the namespaces whose stable hash falls in shard "
                              "I of N (0 <= I < N), under that shard's own Lease; "
@@ -64,7 +71,7 @@ def _add_git_args(parser: argparse.ArgumentParser) -> None:
                         help="commit the report folder when the report's content changed")
     parser.add_argument("--push", action="store_true",
                         help="push the report commit (needs --commit); never forced")
-    parser.add_argument("--report-branch", default=None, metavar="B",
+    parser.add_argument("--report-branch", default=None, metavar="B", type=branch_name,
                         help="with --commit, commit the report folder onto branch B (made "
                              "when missing, holding the report only) instead of the "
                              "manifests' branch, which is then only read: for a protected "

@@ -427,6 +427,22 @@ def test_an_empty_report_dir_is_a_usage_error_and_nothing_runs(tmp_path, capsys,
     assert not list(tmp_path.iterdir())
 
 
+
+@pytest.mark.parametrize("command", [
+    ("reconcile", "--cluster", "sim:{tmp}/c.json", "--commit"), ("plan", "--base", "HEAD"),
+    ("merge-reports", "{tmp}", "--commit"),
+])
+@pytest.mark.parametrize("branch", ["", "  "])
+def test_an_empty_report_branch_is_a_usage_error_not_ignored(tmp_path, capsys, monkeypatch,
+                                                             command, branch):
+    # It was taken as no branch at all: plan read the report from the base instead, and
+    # a reconcile would have committed onto the manifests' branch.
+    args = [part.format(tmp=tmp_path) for part in command]
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "--repo", str(EXAMPLES), "--report-branch", branch]) == 2
+    assert "argument --report-branch: an empty branch name" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
 def test_a_file_of_thousands_of_tiny_bad_documents_makes_a_bounded_report(tmp_path, cli):
     """100,000 of them (1 MB) made a 30 MB report for the job to commit: the report
     lists the first 1,000 errors (its Markdown the first 50) and counts the rest."""
