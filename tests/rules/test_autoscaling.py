@@ -101,7 +101,8 @@ def test_a_gang_scales_whole_and_the_selector_finds_its_leaders(backend):
     scenario.watches.append(_within(1, 3))
     scenario.scale(3)
     scenario.until(settled, seconds=240)
-    live = [p for p in scenario.pods(f"{NAME}-") if not P.has_ended(p)]
+    live = [p for p in scenario.pods(f"{NAME}-")
+            if not P.has_ended(p) and not P.is_terminating(p)]
     assert len(live) == 3 * 3
     wanted = dict(pair.split("=") for pair in scenario.status(NAME)["selector"].split(","))
     chosen = [p for p in live if wanted.items() <= p["metadata"]["labels"].items()]
