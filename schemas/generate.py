@@ -643,6 +643,10 @@ def inference_replica_document() -> Schema:
             "inferenceService": {"type": "string", "pattern": DNS1123_LABEL, "maxLength": 63},
             "component": {"type": "string", "enum": COMPONENTS},
             "replicas": count,
+            # The bounds from Git when an autoscaler owns the count (minReplicas <
+            # maxReplicas); absent when Git owns it (lifecycle/scaling.py).
+            "minReplicas": count,
+            "maxReplicas": count,
             "minReadySeconds": count,
             "lifecycle": {"$ref": "#/$defs/Lifecycle"},
             "revision": revision,
@@ -659,6 +663,11 @@ def inference_replica_document() -> Schema:
             "availableReplicas": count,
             "updatedReplicas": count,
             "servingReplicas": count,
+            # The scale subresource's labelSelectorPath: the pods that serve (single
+            # pods, or the leaders of gangs), what an HPA averages its metrics over.
+            "selector": string,
+            # Who owns spec.replicas: Git (minReplicas == maxReplicas) or an autoscaler.
+            "replicasFrom": {"type": "string", "enum": ["Git", "Autoscaler"]},
             "currentRevision": revision,
             "updateRevision": revision,
             "conditions": {"type": "array", "items": {"$ref": "#/$defs/Condition"}},

@@ -121,6 +121,11 @@ class Driver:
         """Take the scheduling gates off ``pod``, as Kueue does when it admits it."""
         raise NotImplementedError
 
+    def scale(self, replicas: int, name: str = NAME) -> None:
+        """Set the InferenceReplica's spec.replicas as ``kubectl scale irep`` (or an HPA)
+        does: through the scale subresource on the control plane."""
+        raise NotImplementedError
+
 
 class SimDriver(Driver):
     simulated = True
@@ -145,6 +150,15 @@ class SimDriver(Driver):
         with SimCluster(self.inner.path) as cluster:
             body = cluster.get_object("Pod", self.namespace, pod)
             body["spec"]["schedulingGates"] = []
+            cluster.replace_object(body)
+
+    def scale(self, replicas: int, name: str = NAME) -> None:
+        from omegitops.cluster.sim import SimCluster
+
+        # The simulated API server has no subresources: the count is the object's field.
+        with SimCluster(self.inner.path) as cluster:
+            body = cluster.get_object("InferenceReplica", self.namespace, name)
+            body["spec"]["replicas"] = replicas
             cluster.replace_object(body)
 
 
@@ -175,6 +189,18 @@ class KubeDriver(Driver):
         admin = KubeCluster(api_client=self.inner.cp.admin, lease=False)
         admin.rest.request("PATCH", RESOURCES[POD].path(self.namespace, pod), what="admit",
                            body={"spec": {"schedulingGates": None}}, content_type=MERGE_PATCH)
+
+    def scale(self, replicas: int, name: str = NAME) -> None:
+        from omegitops.cluster.base import INFERENCE_REPLICA
+        from omegitops.cluster.kube import KubeCluster
+        from omegitops.cluster.kube.resources import RESOURCES
+        from omegitops.cluster.kube.rest import MERGE_PATCH
+
+        # What ``kubectl scale`` and the HPA controller write: the scale subresource.
+        admin = KubeCluster(api_client=self.inner.cp.admin, lease=False)
+        path = RESOURCES[INFERENCE_REPLICA].path(self.namespace, name, "scale")
+        admin.rest.request("PATCH", path, what="scale", body={"spec": {"replicas": replicas}},
+                           content_type=MERGE_PATCH)
 
 
 # -- the backends ------------------------------------------------------------------------

@@ -31,10 +31,12 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                   grace: int | None = None, annotations: dict | None = None,
                   name: str = "svc", worker_env: dict[str, str] | None = None,
                   gates: list[str] | None = None, namespace: str = "demo",
-                  host_port: int | None = None, labels: dict | None = None) -> Path:
+                  host_port: int | None = None, labels: dict | None = None,
+                  max_replicas: int | None = None) -> Path:
     """One runtime and one OMENative service ``<namespace>/<name>`` with an engine;
     ``host_port``: on the host network, serving on that port, as the catalogue's RDMA
-    and prefill/decode runtimes do; ``labels``: the pod template's own labels."""
+    and prefill/decode runtimes do; ``labels``: the pod template's own labels;
+    ``max_replicas``: above ``replicas``, an autoscaler owns the count between them."""
     config: dict[str, Any] = {"tolerations": TOLERATIONS}
     if host_port is not None:
         config["hostNetwork"] = True
@@ -56,7 +58,8 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                             "runner": runner(image, {**(env or {}), **(worker_env or {})})}
     runtime = {"apiVersion": "ome.io/v1beta1", "kind": "ClusterServingRuntime",
                "metadata": {"name": "srt-test"}, "spec": {"engineConfig": config}}
-    engine: dict[str, Any] = {"minReplicas": replicas, "maxReplicas": replicas}
+    engine: dict[str, Any] = {"minReplicas": replicas,
+                              "maxReplicas": replicas if max_replicas is None else max_replicas}
     if lifecycle:
         engine["lifecycle"] = lifecycle
     service = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",

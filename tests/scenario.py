@@ -80,7 +80,7 @@ class Scenario:
         items = self.items()
         for item in items:
             key = (item.service.id.name, item.lifecycle.component)
-            self.max_rows[key] = max(self.max_rows[key], item.lifecycle.replicas)
+            self.max_rows[key] = max(self.max_rows[key], most_wanted(item.lifecycle))
         with SimCluster(self.path) as cluster:
             target = cluster if kill_after is None else KillAfter(cluster, kill_after)
             result = run_pass(target, items)
@@ -162,6 +162,11 @@ class Scenario:
     def now(self):
         with SimCluster(self.path) as cluster:
             return cluster.now()
+
+
+def most_wanted(lifecycle) -> int:
+    """The most Instances a component may want: Git's count, or an autoscaler's bound."""
+    return lifecycle.bounds[1] if lifecycle.bounds is not None else lifecycle.replicas
 
 
 def check_invariants(cluster, max_rows: Counter, items, whole: bool = True,

@@ -42,7 +42,8 @@ def replica_table(views: list[dict], now: datetime, namespaces: bool = False,
     serving count and rollout hold."""
     if not views:
         return "No InferenceReplicas found."
-    headers = ["NAME", "COMPONENT", "DESIRED", "CURRENT", "READY", "AVAILABLE", "AGE"]
+    headers = ["NAME", "COMPONENT", "DESIRED", "CURRENT", "READY", "AVAILABLE", "COUNT-FROM",
+               "AGE"]
     if wide:
         headers += ["SERVING", "REVISION", "HOLD"]
     if namespaces:
@@ -50,7 +51,7 @@ def replica_table(views: list[dict], now: datetime, namespaces: bool = False,
     rows = []
     for v in sorted(views, key=lambda v: (v["namespace"] or "", v["name"])):
         row = [v["name"], v["component"], v["desired"], v["current"], v["ready"],
-               v["available"], age(v["createdAt"], now)]
+               v["available"], v["countFrom"], age(v["createdAt"], now)]
         if wide:
             hold = v["rolloutHold"] or {}
             row += [v["serving"], v["revision"], hold.get("gate", "<none>")]

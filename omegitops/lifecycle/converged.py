@@ -51,7 +51,7 @@ def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
     document = {
         "desired": [desired.revision, desired.teardown, desired.pinned, desired.drifted,
                     lifecycle.shape, lifecycle.worker_size,
-                    lifecycle.replicas, {name: field.value
+                    lifecycle.replicas, lifecycle.bounds, {name: field.value
                                          for name, field in sorted(lifecycle.fields.items())}],
         "replica": [replica.get("spec"), replica.get("status"), annotations,
                     metadata.get("labels")],

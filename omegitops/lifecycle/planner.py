@@ -31,6 +31,7 @@ from omegitops.lifecycle.repairs import (
 )
 from omegitops.lifecycle.rollout import RolloutDecision, RolloutOutcome, plan_rollout
 from omegitops.lifecycle.rotation import converge_rotation
+from omegitops.lifecycle.scaling import Count, count_of, counted
 from omegitops.lifecycle.status import component_status
 from omegitops.lifecycle.steps import advance
 from omegitops.lifecycle.work import Work
@@ -48,7 +49,7 @@ from omegitops.model.state import Hold, Json, Mode, Outcome, Phase, Row, Step, S
 from omegitops.render import pods as P
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.revisions import plan_revisions
-from omegitops.render.services import left_podgroups, plan_services
+from omegitops.render.services import left_podgroups, plan_services, serving_selector
 from omegitops.render.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 
 __all__ = ["DesiredComponent", "ObservedComponent", "Plan", "converged_plan",
@@ -98,6 +99,11 @@ class Plan:
 
 def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: datetime) -> Plan:
     """One bounded step for one component; pure."""
+    # Git's count, or the autoscaler's from the live InferenceReplica (lifecycle/scaling.py);
+    # the converged fingerprint stays Git's, which is what a later pass compares.
+    git = desired
+    count = count_of(desired, observed.replica)
+    desired = counted(desired, count)
     work = Work(desired, observed, now.timestamp())
     previous, unreadable = readable_status((observed.replica or {}).get("status"))
     work.previous = previous
@@ -137,10 +143,12 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
         # An Instance on its way out is not repaired: the teardown removes it whole, and a
         # torn-down component may have lost the templates a rebuild would need.
         plan_repairs(work)
+    if count.clamped_from is not None and not desired.teardown:
+        _report_clamp(work, count)
     _scale(work)
     rollout = plan_rollout(work, previous.get("rolloutHold"))
     converge_rotation(work)
-    replica, rows = _replica(work, rollout)
+    replica, rows = _replica(work, rollout, count)
     removed = False
     if desired.teardown:
         if not work.rows and not observed.pods:
@@ -172,7 +180,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
     events, recorded = outbox.post(previous, work.events)
     replica["status"].update(recorded)
     at_rest = not (work.actions or events or busy or wake or removed or desired.teardown)
-    _mark_converged(replica, desired, observed, at_rest)
+    _mark_converged(replica, git, observed, at_rest)
     changed = not removed and _replica_changed(observed.replica, replica)
     bookkeeping = changed and not _replica_changed(_unmarked(observed.replica),
                                                    _unmarked(replica) or replica)
@@ -253,6 +261,18 @@ def _release_orphaned_replacements(work: Work) -> None:
             work.put(row.but(surge_of=None))
 
 
+def _report_clamp(work: Work, count: Count) -> None:
+    """An autoscaler's count outside Git's bounds (or bounds Git moved past it) is
+    brought into them: the one write the job makes to a count it does not own."""
+    bounds = work.lifecycle.bounds
+    assert bounds is not None and count.clamped_from is not None
+    low, high = bounds
+    side = f"below minReplicas {low}" if count.clamped_from < low \
+        else f"above maxReplicas {high}"
+    work.event("Normal", "ReplicasClamped", None, (
+        f"spec.replicas {count.clamped_from} is {side}: set to {count.replicas}"))
+
+
 def _scale(work: Work) -> None:
     """Open Create or Delete operations to reach the desired number of Instances."""
     filling = [row for row in work.rows.values() if counts_toward_desired(work, row)]
@@ -305,13 +325,18 @@ def _room(work: Work, want: int, filling: int) -> int:
     return max(0, ceiling - filling - leaving)
 
 
-def _replica(work: Work, rollout: RolloutOutcome) -> tuple[Json, tuple[Row, ...]]:
-    """The InferenceReplica as this pass leaves it (spec from the repository, status
-    from the rows and the pods), and the rows it stores."""
+def _replica(work: Work, rollout: RolloutOutcome,
+             count: Count) -> tuple[Json, tuple[Row, ...]]:
+    """The InferenceReplica as this pass leaves it (spec from the repository and, when
+    an autoscaler owns it, the count; status from the rows and the pods), and the rows
+    it stores."""
     desired, observed = work.desired, work.observed
     previous = observed.replica or {}
     ordered = [work.rows[index] for index in sorted(work.rows)]
     status = component_status(work, ordered, work.previous, rollout)
+    # The scale subresource reads both: who set the count, and the pods that serve.
+    status["replicasFrom"] = count.source
+    status["selector"] = ",".join(f"{k}={v}" for k, v in serving_selector(desired).items())
     rows = tuple(_seen(work, row) for row in ordered)
     status["instances"] = encode_rows([row.for_storage() for row in rows])
     if work.retries:
@@ -336,6 +361,8 @@ def _replica(work: Work, rollout: RolloutOutcome) -> tuple[Json, tuple[Row, ...]
         "shape": lifecycle.shape,
         "workerSize": lifecycle.worker_size,
     }
+    if lifecycle.bounds is not None:
+        spec["minReplicas"], spec["maxReplicas"] = lifecycle.bounds
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec,
             "status": status}, rows
 

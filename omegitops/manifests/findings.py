@@ -99,7 +99,8 @@ def _pack_lifecycle(lifecycle: ComponentLifecycle) -> tuple:
                                                         retry.initial_backoff)
     return (lifecycle.component, _pack_resolved(lifecycle.mode), lifecycle.shape,
             lifecycle.worker_size, lifecycle.replicas,
-            {name: _pack_resolved(r) for name, r in lifecycle.fields.items()}, values)
+            {name: _pack_resolved(r) for name, r in lifecycle.fields.items()}, values,
+            lifecycle.bounds)
 
 
 # -- unpacking, each part checked -----------------------------------------------------
@@ -166,12 +167,16 @@ def _unpack_settings(value: Any) -> ComponentSettings:
 
 
 def _unpack_lifecycle(value: Any) -> ComponentLifecycle:
-    component, mode, shape, worker_size, replicas, named, settings = _typed(value, tuple)
+    component, mode, shape, worker_size, replicas, named, settings, bounds = \
+        _typed(value, tuple)
+    if bounds is not None:
+        low, high = _typed(bounds, tuple)
+        bounds = (_typed(low, int), _typed(high, int))
     return ComponentLifecycle(
         _typed(component, str), _unpack_resolved(mode), _typed(shape, str),
         _typed(worker_size, int), _typed(replicas, int),
         {_typed(name, str): _unpack_resolved(r) for name, r in _typed(named, dict).items()},
-        _unpack_settings(settings))
+        _unpack_settings(settings), bounds)
 
 
 def _unpack_resolution(value: Any) -> tuple[tuple[ResourceId, str], Resolution]:

@@ -18,7 +18,9 @@ keeps each managed component's rows and revision retries (``report.instance_stat
    loop crashes again) injected before the kubelet starts them;
 3. after the simulated kubelets have brought them up, the pods the report says served
    are put in rotation, and the InferenceReplica gets the report's revision, rows and
-   revision retries, every timestamp moved by the time between the report and now.
+   revision retries, every timestamp moved by the time between the report and now;
+   a component an autoscaler scales gets the count the report last saw, not
+   minReplicas, which is all a replay of the manifests knows (lifecycle/scaling.py).
 """
 
 from __future__ import annotations
@@ -155,6 +157,8 @@ class _Component:
     retries: dict[str, Any]
     pods: list[tuple[dict[str, Any], bool]]  # (pod, served)
     faults: list[tuple[str, dict[str, Any]]]  # (fault kind, arguments)
+    # The autoscaler's count the report saw (None: Git owns it, as replayed).
+    count: int | None = None
 
     def create_pods(self, sim: SimCluster) -> None:
         for kind, where in self.faults:
@@ -174,6 +178,8 @@ class _Component:
         replica = cast(dict[str, Any], sim.get_object(INFERENCE_REPLICA, self.namespace,
                                                       self.replica["metadata"]["name"]))
         replica["spec"]["revision"] = self.revision
+        if self.count is not None:
+            replica["spec"]["replicas"] = self.count
         replica = sim.replace_object(replica)
         status = dict(replica.get("status") or {})
         status["instances"] = self.rows
@@ -194,7 +200,9 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict[str
     replica = sim.get_object(INFERENCE_REPLICA, namespace, replica_name(isvc, name))
     if replica is None or not rows or not isinstance(revision, str):
         return None
-    if _as_replayed(replica, rows, state.get("revisionRetries") or {}, revision):
+    count = reported_count(item, component)
+    if _as_replayed(replica, rows, state.get("revisionRetries") or {}, revision) and \
+            count in (None, (replica.get("spec") or {}).get("replicas")):
         return None  # the replay already stands as the report says: nothing to put back
     base = build_desired(item.service.data, item.runtime.data if item.runtime else None,
                          item.lifecycle, [], None, item.operator)
@@ -233,7 +241,17 @@ def _plan_component(sim: SimCluster, item: ServiceComponent, component: dict[str
             faults.extend(_faults(row, made))
     _count(seeded, rows, state.get("revisionRetries") or {}, revision, replica)
     return _Component(namespace, replica, revision, _shifted(state.get("instances"), shift),
-                      _shifted(state.get("revisionRetries") or {}, shift), pods, faults)
+                      _shifted(state.get("revisionRetries") or {}, shift), pods, faults, count)
+
+
+def reported_count(item: ServiceComponent, component: dict[str, Any]) -> int | None:
+    """The count the report saw, for a component an autoscaler scales in the base (None
+    when Git owns it: the replay made Git's count)."""
+    desired = component.get("desired")
+    if item.lifecycle.bounds is None or isinstance(desired, bool) \
+            or not isinstance(desired, int) or desired < 0:
+        return None
+    return desired
 
 
 def _as_replayed(replica: dict[str, Any], rows: list[Row], retries: dict[str, Any],

@@ -35,12 +35,13 @@ from typing import Any, cast
 
 from omegitops.lifecycle.pause import described
 from omegitops.lifecycle.planner import Plan
+from omegitops.lifecycle.scaling import AUTOSCALER, GIT
 from omegitops.lifecycle.updates import images_only
 from omegitops.manifests.load import Loaded, ServiceComponent
 from omegitops.model.budgets import BudgetError, scaled_value
 from omegitops.model.partition import partition_held
 from omegitops.model.replica import replica_name
-from omegitops.model.state import Gate, Hold, Operation, OperationType, Phase, Row, Strategy
+from omegitops.model.state import Gate, Hold, Json, Operation, OperationType, Phase, Row, Strategy
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.resolve import (
     SINGLE,
@@ -354,21 +355,65 @@ def revision_change(desired: DesiredComponent, observed: ObservedComponent) -> d
     return {"old": old, "new": new, "changed": changed}
 
 
-def lifecycle_changes(desired: DesiredComponent,
-                      observed: ObservedComponent) -> list[dict[str, Any]]:
+def lifecycle_changes(desired: DesiredComponent, observed: ObservedComponent,
+                      planned: Json | None = None) -> list[dict[str, Any]]:
     """Lifecycle fields whose value differs from what the InferenceReplica recorded when
-    it was last reconciled, ``old → new`` (nothing for a component new to the cluster)."""
+    it was last reconciled, ``old → new`` (nothing for a component new to the cluster).
+    ``replicas`` is the count the plan keeps (``planned``: the InferenceReplica it
+    writes), an autoscaler's where one owns it; the bounds show when either side has
+    them."""
     spec = (observed.replica or {}).get("spec")
     if not spec:
         return []
     before = {"replicas": spec.get("replicas"), "minReadySeconds": spec.get("minReadySeconds"),
               **_flatten(spec.get("lifecycle") or {})}
     lifecycle = desired.lifecycle
-    after = {"replicas": lifecycle.replicas, "minReadySeconds": lifecycle.min_ready_seconds,
+    kept = ((planned or {}).get("spec") or {}).get("replicas", lifecycle.replicas)
+    after = {"replicas": kept, "minReadySeconds": lifecycle.min_ready_seconds,
              **_flatten(lifecycle.lifecycle_spec())}
+    if "minReplicas" in spec or lifecycle.bounds is not None:
+        before.update(_bounds_of(spec))
+        low, high = lifecycle.bounds or (lifecycle.replicas, lifecycle.replicas)
+        after.update(minReplicas=low, maxReplicas=high)
     return [{"field": name, "old": before.get(name), "new": after.get(name)}
             for name in sorted(set(before) | set(after))
             if before.get(name) != after.get(name)]
+
+
+def _bounds_of(spec: Json) -> dict[str, Any]:
+    """The bounds an InferenceReplica recorded; a count Git owned is both."""
+    count = spec.get("replicas")
+    return {"minReplicas": spec.get("minReplicas", count),
+            "maxReplicas": spec.get("maxReplicas", count)}
+
+
+def count_view(desired: DesiredComponent, observed: ObservedComponent,
+               planned: Json) -> dict[str, Any] | None:
+    """Where the count comes from, the range, the live count and what this change does
+    to it (lifecycle/scaling.py); None for a count Git owns before and after."""
+    before = (observed.replica or {}).get("spec") or {}
+    bounds = desired.lifecycle.bounds
+    if bounds is None and "minReplicas" not in before:
+        return None
+    current = before.get("replicas")
+    kept = (planned.get("spec") or {}).get("replicas", desired.lifecycle.replicas)
+    owner = GIT if bounds is None else AUTOSCALER
+    if bounds is None:
+        text = f"Git owns the count again (minReplicas = maxReplicas): {kept} Instances"
+    else:
+        text = (f"An autoscaler owns the count between minReplicas {bounds[0]} and "
+                f"maxReplicas {bounds[1]}")
+        text += "; the job starts it at minReplicas" if current is None \
+            else f"; the live count is {current}"
+    moved = "minReplicas" in before and bounds is not None and \
+        _bounds_of(before) != {"minReplicas": bounds[0], "maxReplicas": bounds[1]}
+    if current is not None and current != kept:
+        text += f"; this change brings it from {current} to {kept}"
+    elif moved:
+        text += "; the new bounds leave it as it is"
+    return {"source": owner, "minReplicas": None if bounds is None else bounds[0],
+            "maxReplicas": None if bounds is None else bounds[1], "current": current,
+            "replicas": kept, "text": text + "."}
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -452,6 +497,8 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
         "changes": False,
         "changed": False,
         "lifecycleChanges": [],
+        # Who owns the count of Instances, the range and the live count (None: Git).
+        "count": None,
         "templateDiff": None,
         "toMove": 0,
         "heldByPartition": 0,
@@ -476,7 +523,8 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
     rows = plan.rows
     hold = plan.hold
     view.update(
-        lifecycleChanges=lifecycle_changes(desired, observed),
+        lifecycleChanges=lifecycle_changes(desired, observed, plan.replica),
+        count=count_view(desired, observed, plan.replica),
         templateDiff=diff,
         **instances_to_move(rows, desired.revision, lifecycle.settings.partition),
         revision=revision,

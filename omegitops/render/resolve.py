@@ -65,6 +65,9 @@ class ComponentLifecycle:
     # ``resolve`` and the plan show); the planner reads ``settings``.
     fields: dict[str, Resolved] = field(default_factory=dict)
     settings: ComponentSettings = field(default_factory=ComponentSettings)
+    # (minReplicas, maxReplicas) when they differ: an autoscaler owns the count between
+    # them (lifecycle/scaling.py); None when Git owns it (``replicas``, minReplicas).
+    bounds: tuple[int, int] | None = None
 
     @property
     def managed(self) -> bool:
@@ -220,10 +223,12 @@ def resolve_component(
     runtime_config = dig(runtime, ("spec", RUNTIME_CONFIG[component])) or {}
     shape, workers = shape_of(component_spec, runtime_config)
     replicas = _replicas(component_spec, runtime_config)
+    highest = _max_replicas(component_spec, runtime_config)
+    bounds = (replicas, highest) if highest is not None and highest > replicas else None
     mode = resolve_mode(isvc, runtime, component, operator)
     # The fields every ComponentLifecycle has, of mixed types: Any lets them be spread.
     base: dict[str, Any] = {"component": component, "mode": mode, "shape": shape,
-                            "worker_size": workers, "replicas": replicas}
+                            "worker_size": workers, "replicas": replicas, "bounds": bounds}
     if mode.value != OMENATIVE:
         return ComponentLifecycle(**base)
     fields = _fields(isvc, runtime, component, shape, operator)
@@ -238,6 +243,17 @@ def _replicas(component_spec: Json, runtime_config: Json) -> int:
     )
     value = found.value if found else 1
     return value if isinstance(value, int) and value >= 0 else 1
+
+
+def _max_replicas(component_spec: Json, runtime_config: Json) -> int | None:
+    """maxReplicas, the service's before its runtime's; None when unset (Git owns the
+    count). One below minReplicas is refused before planning (manifests/plannable.py)."""
+    found = _first(
+        (ISVC, component_spec.get("maxReplicas"), ()),
+        (RUNTIME, runtime_config.get("maxReplicas"), ()),
+    )
+    value = found.value if found else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _fields(

@@ -47,6 +47,13 @@ def _ports(desired: Any) -> list[Json]:
     return ports or [{"name": "http", "port": 8080, "targetPort": 8080, "protocol": "TCP"}]
 
 
+def serving_selector(desired: Any) -> dict[str, str]:
+    """The pods that serve: single pods, or the leaders of gangs (workers never do). The
+    routing Service selects them, and the scale subresource names them to an HPA, as
+    LeaderWorkerSet's hpaPodSelector does."""
+    return {LABEL_ISVC: desired.isvc, LABEL_COMPONENT: desired.component, LABEL_ENTRY: "true"}
+
+
 def desired_services(desired: Any) -> list[Json]:
     selector = {LABEL_ISVC: desired.isvc, LABEL_COMPONENT: desired.component}
     services = [{
@@ -54,7 +61,7 @@ def desired_services(desired: Any) -> list[Json]:
         "kind": "Service",
         "metadata": {"name": desired.name, "namespace": desired.namespace,
                      "labels": _labels(desired)},
-        "spec": {"selector": {**selector, LABEL_ENTRY: "true"}, "ports": _ports(desired)},
+        "spec": {"selector": serving_selector(desired), "ports": _ports(desired)},
     }]
     if desired.gang:
         services.append({

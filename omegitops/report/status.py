@@ -46,12 +46,13 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
+from omegitops.lifecycle.scaling import AUTOSCALER, GIT
 from omegitops.manifests.load import Loaded, ServiceComponent, resolved_components
 from omegitops.manifests.schemas import is_valid, validator
 from omegitops.model.partition import partition_held
 from omegitops.model.replica import decode_rows, encode_rows, replica_name
 from omegitops.model.state import Phase, Row
-from omegitops.render.resolve import RUNTIME, RUNTIME_CONFIG
+from omegitops.render.resolve import RUNTIME, RUNTIME_CONFIG, ComponentLifecycle
 from omegitops.render.templates import MANAGED
 from omegitops.report import markdown
 from omegitops.report.views import (
@@ -201,7 +202,8 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
     name = replica_name(item.service.data["metadata"]["name"], lifecycle.component)
     replica = replicas.get((_namespace(item), name))
     if replica is None:
-        return {**base, **_missing(name, lifecycle.replicas, lifecycle.min_ready_seconds)}
+        return {**base, **_missing(name, lifecycle.replicas, lifecycle.min_ready_seconds),
+                **_count_range(lifecycle)}
     view = replica_view(replica)
     # Read, never changed, here: the rows may share their values with the replica.
     decoded = decode_rows((replica.get("status") or {}).get("instances"), copy=False)
@@ -221,6 +223,10 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
         "healthReason": reason,
         **{key: view[key] for key in ("desired", "current", "ready", "available", "updated",
                                       "serving", "minReadySeconds", "revision")},
+        # The count the job last kept (``desired``, what plan --base starts from) and who
+        # owns it; the range is Git's as this report's manifests have it.
+        **_count_range(lifecycle),
+        "countFrom": view["countFrom"],
         "currentRevision": current,
         "phases": phases,
         "phaseSummary": phase_summary(phases),
@@ -261,6 +267,13 @@ def instance_state(replica: dict, decoded: list[dict] | None = None) -> dict[str
     retries = status.get("revisionRetries")
     return {"instances": encode_rows(rows),
             "revisionRetries": retries if isinstance(retries, dict) else {}}
+
+
+def _count_range(lifecycle: ComponentLifecycle) -> dict:
+    """minReplicas and maxReplicas as Git sets them, and who owns the count."""
+    low, high = lifecycle.bounds or (lifecycle.replicas, lifecycle.replicas)
+    owner = GIT if lifecycle.bounds is None else AUTOSCALER
+    return {"minReplicas": low, "maxReplicas": high, "countFrom": owner}
 
 
 def _missing(name: str, desired: int, min_ready: int) -> dict:

@@ -25,6 +25,10 @@ def replica_view(replica: dict) -> dict[str, Any]:
         "inferenceService": spec.get("inferenceService"),
         "component": spec.get("component"),
         "desired": spec.get("replicas", 0),
+        # Who set ``desired``: Git, or an autoscaler between the bounds (Git's too).
+        "countFrom": status.get("replicasFrom") or "Git",
+        "minReplicas": spec.get("minReplicas", spec.get("replicas", 0)),
+        "maxReplicas": spec.get("maxReplicas", spec.get("replicas", 0)),
         "current": status.get("replicas", 0),
         "ready": status.get("readyReplicas", 0),
         "available": status.get("availableReplicas", 0),

@@ -50,8 +50,15 @@ PRINTER_COLUMNS = [
     {"name": "CURRENT", "type": "integer", "jsonPath": ".status.replicas"},
     {"name": "READY", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "AVAILABLE", "type": "integer", "jsonPath": ".status.availableReplicas"},
+    # Who owns DESIRED: Git, or the autoscaler between minReplicas and maxReplicas.
+    {"name": "COUNT-FROM", "type": "string", "jsonPath": ".status.replicasFrom"},
     {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+# ``kubectl scale``, an HPA or a KEDA ScaledObject set spec.replicas (a count of
+# Instances, not pods); the selector names the pods that serve, leaders of gangs only,
+# as LeaderWorkerSet's hpaPodSelector does, so that per-pod metrics average over them.
+SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+         "labelSelectorPath": ".status.selector"}
 # OpenAPI v3 keywords a CRD schema may carry (JSONSchemaProps), besides the x-kubernetes ones.
 KEPT = {"type", "format", "description", "title", "default", "enum", "pattern", "minimum",
         "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems",
@@ -149,7 +156,7 @@ def crd() -> dict:
                 "name": VERSION,
                 "served": True,
                 "storage": True,
-                "subresources": {"status": {}},
+                "subresources": {"status": {}, "scale": SCALE},
                 "additionalPrinterColumns": PRINTER_COLUMNS,
                 "schema": {"openAPIV3Schema": schema},
             }],

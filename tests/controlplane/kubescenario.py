@@ -22,7 +22,7 @@ from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.cluster.kube import KubeCluster
 from omegitops.manifests.load import load, resolved_components
 from omegitops.model.replica import decode_rows
-from tests.scenario import KillAfter, check_invariants
+from tests.scenario import KillAfter, check_invariants, most_wanted
 
 
 class NamespaceView:
@@ -105,7 +105,7 @@ class KubeScenario:
         items = self.items()
         for item in items:
             key = (item.service.id.name, item.lifecycle.component)
-            self.max_rows[key] = max(self.max_rows[key], item.lifecycle.replicas)
+            self.max_rows[key] = max(self.max_rows[key], most_wanted(item.lifecycle))
         target = self.job if kill_after is None else KillAfter(self.job, kill_after)
         result = run_pass(target, items)
         self.passes += 1

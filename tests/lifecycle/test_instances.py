@@ -287,7 +287,8 @@ def test_get_irep_after_the_readme_command(tmp_path, cli):
     assert code == 0
     # Across namespaces, as kubectl get -A: a NAMESPACE column first.
     assert out.splitlines()[0].split() == ["NAMESPACE", "NAME", "COMPONENT", "DESIRED",
-                                           "CURRENT", "READY", "AVAILABLE", "AGE"]
+                                           "CURRENT", "READY", "AVAILABLE", "COUNT-FROM",
+                                           "AGE"]
     code, out, _ = cli("get", "irep", "--cluster", cluster, "-o", "json")
     listed = json.loads(out)
     assert (listed["apiVersion"], listed["kind"]) == ("v1", "List")

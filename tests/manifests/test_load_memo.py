@@ -237,3 +237,16 @@ def test_a_tampered_memo_is_ignored_not_crashed_on(tmp_path):
             k: bad if isinstance(bad, bytes) else marshal.dumps(bad) for k in s["services"]}))
         cache = _fresh(tmp_path)
         assert load(repo, cache_dir=cache).result.resolved
+
+
+def test_the_autoscaling_bounds_come_back_from_the_memo(tmp_path):
+    """minReplicas < maxReplicas hands the count to an autoscaler: a run that reads the
+    component from the memo must not find Git owning it."""
+    from tests.fleet import write_service
+
+    repo = write_service(tmp_path / "repo", replicas=1, max_replicas=4)
+    load(repo, cache_dir=_fresh(tmp_path))
+    cache = _fresh(tmp_path)  # the next run: a new process reads the memo's file
+    second = load(repo, cache_dir=cache)
+    assert memo_for(cache).hits > 0
+    assert [c.lifecycle.bounds for c in resolved_components(second)] == [(1, 4)]

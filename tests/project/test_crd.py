@@ -42,9 +42,24 @@ def test_the_crd_names_columns_and_subresources():
     assert crd["spec"]["names"]["shortNames"] == ["irep"]
     (version,) = crd["spec"]["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v1beta1", True, True)
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"]["status"] == {}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "COMPONENT", "DESIRED", "CURRENT", "READY", "AVAILABLE", "AGE"]
+        "COMPONENT", "DESIRED", "CURRENT", "READY", "AVAILABLE", "COUNT-FROM", "AGE"]
+
+
+def test_the_crd_scales_instances_and_names_the_pods_that_serve():
+    """``kubectl scale irep``, an HPA or a KEDA ScaledObject set spec.replicas (Instances);
+    the selector the status holds names the serving pods, as LWS's hpaPodSelector does."""
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    (version,) = crd["spec"]["versions"]
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector"}
+    status = _schema()["properties"]["status"]["properties"]
+    assert status["selector"]["type"] == "string"
+    assert status["replicasFrom"]["enum"] == ["Git", "Autoscaler"]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["COUNT-FROM"] == ".status.replicasFrom"
 
 
 def _nodes(node: dict, path: str = ""):

@@ -71,3 +71,22 @@ def test_resolve_table_and_yaml(cli):
     assert "llama-demo/llama-chat" in out and "minReadySeconds" in out and "900" in out
     code, out, _ = cli("resolve", "--repo", str(EXAMPLES), "-o", "yaml")
     assert code == 0 and "inferenceService: llama-demo/llama-chat" in out
+
+
+def test_the_example_hpa_is_skipped_and_targets_an_inference_replica(cli):
+    """examples/autoscaling/: an HPA for an InferenceReplica, valid as Kubernetes has it,
+    which omegitops lists as a kind it does not manage and never reads as a service."""
+    import kubernetes_validate
+    import yaml
+
+    path = EXAMPLES / "autoscaling" / "qwen3-0-6b-engine-hpa.yaml"
+    hpa = yaml.safe_load(path.read_text())
+    kubernetes_validate.validate(hpa, "1.30", strict=True)
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "ome.io/v1beta1",
+                                             "kind": "InferenceReplica",
+                                             "name": "qwen3-0-6b-engine"}
+    code, out, _ = cli("validate", "--repo", str(EXAMPLES))
+    assert code == 0 and "0 errors" in out
+    skipped = out.split("skipped (kinds omegitops does not manage):")[1]
+    assert "HorizontalPodAutoscaler qwen3-0-6b-engine" in skipped
+    assert "autoscaling/qwen3-0-6b-engine-hpa.yaml" in skipped
