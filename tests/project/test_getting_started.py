@@ -25,7 +25,7 @@ def simulated_part() -> str:
 
 def commands(section: str) -> list[str]:
     lines = []
-    for block in re.findall(r"```sh\n(.*?)```", section, flags=re.S):
+    for block in re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL):
         for line in block.splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line:
@@ -51,7 +51,7 @@ def test_the_simulated_walkthrough_runs_as_written(tmp_path):
     steps = commands(simulated_part())
     assert len(steps) >= 10, steps
     for command in steps:
-        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
+        done = subprocess.run(["bash", "-c", command], check=False, cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
         shown[command] = done.stdout
