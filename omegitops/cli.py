@@ -18,6 +18,7 @@ from omegitops import __version__
 from omegitops.app.stopping import Interrupted, interrupted_by, orderly_stop
 from omegitops.commands import COMMANDS
 from omegitops.util.errors import OmegitopsError, UsageError, os_error_text
+from omegitops.util.logformat import FORMATS, formatter
 
 log = logging.getLogger("omegitops")
 
@@ -29,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"omegitops {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument("--log-format", choices=FORMATS, default=_default_log_format(),
+                        help="log lines on stderr as LEVEL message (text) or one JSON "
+                             "object each (json); default: $OMEGITOPS_LOG_FORMAT, else text")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.register(subparsers)
@@ -46,6 +50,8 @@ def _kubectl_habits(parser: argparse.ArgumentParser, top: bool = False) -> None:
         # SUPPRESS: a -v before the command is not reset by the command's parser.
         parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                             help="debug logging on stderr")
+        parser.add_argument("--log-format", choices=FORMATS, default=argparse.SUPPRESS,
+                            help="text or json log lines (see omegitops --help)")
     for action in children:
         for child in set(action.choices.values()):
             _kubectl_habits(child)
@@ -63,14 +69,20 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-def _log_to_stderr(level: int) -> None:
+def _default_log_format() -> str:
+    """$OMEGITOPS_LOG_FORMAT when it names a format: a job's pod sets it once."""
+    wanted = os.environ.get("OMEGITOPS_LOG_FORMAT", "").strip().lower()
+    return wanted if wanted in FORMATS else "text"
+
+
+def _log_to_stderr(level: int, kind: str = "text") -> None:
     """One handler on the ``omegitops`` logger; records still propagate, so a caller's
     own handlers (pytest's caplog, say) see them too."""
     logger = logging.getLogger("omegitops")
     for handler in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
         logger.removeHandler(handler)
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.setFormatter(formatter(kind))
     logger.addHandler(handler)
     logger.setLevel(level)
 
@@ -82,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # a usage error (2), or --help and --version (0)
         return exit_.code if isinstance(exit_.code, int) else 2
     _tolerant_output()
-    _log_to_stderr(logging.DEBUG if args.verbose else logging.INFO)
+    _log_to_stderr(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
     with orderly_stop() as stop:
         if stop.signum is not None:  # before the command started
             print(f"omegitops: interrupted by {signal.Signals(stop.signum).name}",

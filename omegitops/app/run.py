@@ -71,6 +71,9 @@ class RunOutcome:
     outage: bool = False
     replicas: list[dict[str, Any]] = field(default_factory=list)
     now: datetime | None = None
+    # What the passes wrote, and the errors they met (the run's metrics).
+    writes: int = 0
+    errors: int = 0
 
     @property
     def passes_text(self) -> str:
@@ -151,6 +154,8 @@ class _Progress:
     def __call__(self, result: PassResult) -> None:
         outcome = self.outcome
         outcome.passes += 1
+        outcome.writes += result.applied
+        outcome.errors += len(result.errors)
         self.last = result
         if result.passing_faults_only:
             # The cluster's passing fault (an API server restarting, a timeout): the

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import cast
@@ -19,16 +20,18 @@ from omegitops.commands.common import (
     add_repo_args,
     branch_name,
     cache_dir,
+    output_file,
     report_folder,
     seconds,
 )
 from omegitops.commands.get import replica_table
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
 from omegitops.gitops.branch import check_report_branch, publish_report
+from omegitops.gitops.credentials import redact
 from omegitops.gitops.repo import report_path
 from omegitops.manifests.load import load, resolved_components
 from omegitops.report.views import replica_view
-from omegitops.util.errors import InputError, UsageError, print_errors
+from omegitops.util.errors import InputError, UsageError, os_error_text, print_errors
 from omegitops.util.files import temporary_folder
 
 log = logging.getLogger("omegitops")
@@ -59,7 +62,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"--commit, relative to the repository root (default: "
                              f"{DEFAULT_REPORT_DIR})")
     _add_git_args(parser)
+    _add_operating_args(parser)
     parser.set_defaults(func=run)
+
+
+# The exit code of a run that did all it could while something waits for a person
+# (--fail-on-degraded): a CronJob's failed-Job alert then fires.
+NEEDS_PERSON = 3
+
+
+def _add_operating_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fail-on-degraded", action="store_true",
+                        help=f"exit {NEEDS_PERSON} when the run succeeded but a component is "
+                             "Degraded or waits for a person (a held revision, an InPlaceOnly "
+                             "refusal), so that the Job's failure alerts")
+    parser.add_argument("--metrics-file", default=None, metavar="PATH", type=output_file,
+                        help="write the run's metrics in Prometheus's text format into PATH "
+                             "at its end (node-exporter's textfile collector)")
+    parser.add_argument("--metrics-push", default=None, metavar="URL",
+                        help="push the run's metrics to the Pushgateway at URL at its end "
+                             "(job omegitops, grouped by shard)")
 
 
 def _add_git_args(parser: argparse.ArgumentParser) -> None:
@@ -170,16 +192,18 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
                revision: str | None = None, shard: Shard | None = None) -> int:
     """The run's passes, report and table."""
     prune, refused = pruning(args.prune, loaded)
-    from omegitops.report.status import ReportNotWritten, write_report
+    from omegitops.report.status import ReportNotWritten, run_report, write_built_report
 
+    started = time.monotonic()
     unwritten: ReportNotWritten | None = None
     with open_cluster(args.cluster, shard=shard) as cluster:
         outcome = run_passes(cluster, items, loaded, until_idle=args.until_idle,
                              max_seconds=args.max_seconds, prune=prune, refused=refused)
+        report = run_report(loaded, cluster, repository=repository, revision=revision,
+                            replicas=outcome.replicas)
         if report_dir:
             try:
-                write_report(report_dir, loaded, cluster, repository=repository,
-                             revision=revision, replicas=outcome.replicas)
+                write_built_report(report_dir, report)
             except ReportNotWritten as err:
                 # Said once the cluster is closed: what the passes applied is kept (a
                 # simulated cluster saves it), as on a real cluster.
@@ -189,7 +213,70 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
                                "run writes the report") from unwritten
     replicas = [replica_view(r) for r in outcome.replicas]
     print(replica_table(replicas, cast(datetime, outcome.now), namespaces=True))
-    return _exit_code(outcome, loaded, bool(report_dir))
+    waiting = _warn_what_needs_a_person(report)
+    code = _exit_code(outcome, loaded, bool(report_dir))
+    if code == 0 and args.fail_on_degraded and waiting:
+        print(f"omegitops: {waiting} component{'s' if waiting != 1 else ''} Degraded or "
+              f"waiting for a person (--fail-on-degraded): exit {NEEDS_PERSON}",
+              file=sys.stderr)
+        code = NEEDS_PERSON
+    _send_metrics(args, report, outcome, code, time.monotonic() - started, shard)
+    return code
+
+
+def _warn_what_needs_a_person(report: dict) -> int:
+    """One WARNING line per component that is Degraded or waits for a person, with what
+    to do; how many there are. A staged canary is a person's choice, said at INFO."""
+    from omegitops.report.status import DEGRADED
+
+    count = 0
+    for service in report["services"]:
+        for component in service["components"]:
+            if not component["managed"]:
+                continue
+            where = {"namespace": service["namespace"], "service": service["name"],
+                     "component": component["component"]}
+            needs = component.get("needsPerson") or []
+            urgent = [n for n in needs if n["reason"] != "Staged"]
+            for need in needs:
+                level = logging.WARNING if need in urgent else logging.INFO
+                log.log(level, "%s/%s %s: %s: %s; to move it: %s", service["namespace"],
+                        service["name"], component["component"], need["reason"],
+                        need["text"], need["action"],
+                        extra={**where, "reason": need["reason"], "action": need["action"]})
+            if component["health"] == DEGRADED and not urgent:
+                log.warning("%s/%s %s: Degraded: %s", service["namespace"], service["name"],
+                            component["component"], component.get("healthReason") or "",
+                            extra={**where, "reason": "Degraded"})
+            count += bool(urgent) or component["health"] == DEGRADED
+    return count
+
+
+def _send_metrics(args: argparse.Namespace, report: dict, outcome: RunOutcome, code: int,
+                  seconds: float, shard: Shard | None) -> None:
+    """The metrics file and the push, when asked for. Neither fails the run: the
+    cluster's work is done; what could not be sent is said as a WARNING."""
+    if not (args.metrics_file or args.metrics_push):
+        return
+    from omegitops.report import metrics
+
+    figures = metrics.RunFigures(seconds=seconds, passes=outcome.passes,
+                                 writes=outcome.writes, errors=outcome.errors,
+                                 exit_code=code, finished_at=time.time())
+    found = metrics.registry(report, figures)
+    if args.metrics_file:
+        try:
+            metrics.write(found, args.metrics_file)
+        except OSError as err:
+            log.warning("the metrics were not written to %s: %s", args.metrics_file,
+                        os_error_text(err))
+    if args.metrics_push:
+        grouping = {"shard": str(shard) if shard else "all"}
+        try:
+            metrics.push(found, args.metrics_push, grouping)
+        except OSError as err:  # URLError and HTTPError are OSErrors
+            log.warning("the metrics were not pushed to %s: %s", redact(args.metrics_push),
+                        err)
 
 
 def _exit_code(outcome: RunOutcome, loaded, reported: bool) -> int:

@@ -609,12 +609,19 @@ def write_report(report_dir: str | os.PathLike, loaded: Loaded, cluster: Any,
     """List what the report needs (the InferenceReplicas unless the caller has just
     listed them), build, validate and write it; returns the report. A cluster scoped
     to a shard's namespaces gives the shard's report."""
+    report = run_report(loaded, cluster, repository, revision, replicas)
+    return write_built_report(report_dir, report)
+
+
+def run_report(loaded: Loaded, cluster: Any, repository: str | None = None,
+               revision: str | None = None, replicas: list[dict] | None = None) -> dict:
+    """The report of the cluster as it stands (one LIST of Warning events, and of the
+    InferenceReplicas unless the caller has them), built, not written."""
     if replicas is None:
         replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)
     events = report_events(cluster)
-    report = build_report(loaded, replicas, events, cluster.now(), repository, revision,
-                          owns=getattr(cluster, "namespace_scope", None))
-    return write_built_report(report_dir, report)
+    return build_report(loaded, replicas, events, cluster.now(), repository, revision,
+                        owns=getattr(cluster, "namespace_scope", None))
 
 
 def report_events(cluster: Any) -> list[dict]:
