@@ -60,7 +60,7 @@ def component_status(work: Work, rows: list[Row], previous: Json,
     }
     conditions = _conditions(work, rows, counts, want, previous.get("conditions") or [],
                              rollout)
-    return {
+    status: Json = {
         **counts,
         "desiredReplicas": want,
         "currentRevision": current_revision(rows, desired.revision, want),
@@ -68,6 +68,11 @@ def component_status(work: Work, rows: list[Row], previous: Json,
         "conditions": conditions,
         "rolloutHold": None if rollout.hold is None else rollout.hold.for_storage(),
     }
+    canary = rollout.decision.canary
+    if canary is not None:
+        # The current step, since when, what it waits for (lifecycle/canary.py).
+        status["canary"] = canary.for_storage()
+    return status
 
 
 def current_revision(rows: list[Row], update: str, want: int) -> str | None:
