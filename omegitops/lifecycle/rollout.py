@@ -194,7 +194,9 @@ def decide_rollout(work: Work) -> RolloutDecision:
         max_unavailable=max_unavailable, surge_in_use=surge_before, surge_after=surge_slots,
         unavailable=down_before, unavailable_after=down, moves=tuple(moves),
         hold_reason=reasons[0] if reasons else None, wakes=tuple(wakes),
-        pending=bool(outstanding) and not held(work, target) and not paused,
+        # A timed canary pause ends by itself: the rollout is still under way.
+        pending=(bool(outstanding) or step_ends is not None) and not held(work, target)
+        and not paused,
         paused=paused, canary=canary)
 
 

@@ -135,6 +135,12 @@ def _ready(desired: DesiredComponent, rows: list[Row], counts: dict[str, int], w
     if serving < want:
         return FALSE, "InsufficientServing", f"{serving}/{want} Instances serving"
     staged = _staged(desired, rows, want, rollout.partition)
+    canary = rollout.decision.canary
+    if staged and canary is not None and not canary.done:
+        # The canary's step, not a partition of the user's, holds the rest.
+        text = staged.replace(f"Staged at partition {rollout.partition}",
+                              f"Canary step {canary.step}/{canary.steps}")
+        return TRUE, "CanaryStep", f"{text}; waits for {canary.waiting_for}"
     if staged:
         return TRUE, "Staged", staged
     behind = [row.index for row in rows if row.revision != desired.revision]

@@ -228,3 +228,20 @@ def test_resolve_shows_the_rollout_fields_and_their_source(tmp_path, cli):
     assert '"canary.steps": {"value": null, "source": "default"}' in json.dumps(
         json.loads(out)), out
 
+
+
+def test_the_plan_forecasts_the_canary_steps(tmp_path, cli):
+    scenario, change = converged(tmp_path, replicas=4, lifecycle=SURGE)
+    change(image="sglang:v2", lifecycle=SURGE, rollout=STEPS)
+    args = ("plan", "--repo", str(scenario.repo), "--cluster", f"sim:{scenario.path}")
+    code, out, err = cli(*args, "-o", "json")
+    assert code in (0, 2), err
+    (engine,) = json.loads(out)["components"]
+    assert engine["canary"]["steps"] == [
+        {"step": 1, "replicas": 1, "pause": "20s"},
+        {"step": 2, "replicas": 2, "pause": "promotion"},
+        {"step": 3, "replicas": 4, "pause": None}], engine["canary"]
+    code, out, err = cli(*args)
+    assert code in (0, 2), err
+    assert "**Canary** in 3 steps" in out, out
+    assert "step 2: 2 Instances, then waits until promoted" in out, out
