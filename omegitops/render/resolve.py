@@ -49,7 +49,11 @@ class Resolved:
     path: tuple[str | int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "source": self.source}
+        shown = {"value": self.value, "source": self.source}
+        if self.path[:2] == ("spec", "rollout"):
+            # Set for the whole service rather than in the component's lifecycle.
+            shown["field"] = ".".join(str(part) for part in self.path)
+        return shown
 
 
 @dataclass(frozen=True)

@@ -219,9 +219,14 @@ def test_resolve_shows_the_rollout_fields_and_their_source(tmp_path, cli):
     code, out, err = cli("resolve", "--repo", str(repo), "-o", "json")
     assert code == 0, err
     text = json.dumps(json.loads(out))
-    assert '"paused": {"value": true, "source": "isvc", "field": "spec.rollout.paused"}' \
-        in text or '"paused": {"value": true, "source": "isvc"}' in text, text
+    # The service's spec.rollout.paused wins over the engine's own lifecycle.paused: false.
+    assert ('"paused": {"value": true, "source": "isvc", "field": "spec.rollout.paused"}'
+            in text), text
     assert '"canary.steps": {"value": [{"replicas": 1' in text, text
+    assert '"source": "isvc", "field": "spec.rollout.canary.steps"}' in text, text
+    code, out, err = cli("resolve", "--repo", str(repo))
+    assert code == 0, err
+    assert "isvc (spec.rollout.paused)" in out, out
     repo = write_service(tmp_path / "repo2", rollout={
         "canary": {"components": ["decoder"], "steps": [{"replicas": 1}]}})
     code, out, err = cli("resolve", "--repo", str(repo), "-o", "json")
