@@ -180,6 +180,19 @@ def test_git_moves_an_indefinite_step_on(tmp_path):
     assert all(r["revision"] == target for r in rows(scenario).values())
 
 
+def test_get_irep_wide_shows_the_canary_step(tmp_path, cli):
+    scenario, change = converged(tmp_path, replicas=2, grace=2, lifecycle=SURGE)
+    change(image="sglang:v2", lifecycle=SURGE,
+           rollout={"canary": {"steps": [{"replicas": 1, "pause": {}}, {"replicas": 2}]}})
+    scenario.until(lambda s: bool((s.status(NAME).get("canary") or {}).get("reachedAt")))
+    code, out, err = cli("get", "irep", "-n", "demo", "-o", "wide",
+                         "--cluster", f"sim:{scenario.path}")
+    assert code == 0, err
+    (header, line) = out.splitlines()
+    assert header.split()[-2:] == ["HOLD", "CANARY"], header
+    assert line.split()[-3:] == ["CanaryStep", "1/2", "promotion"], line
+
+
 def test_promote_without_a_canary_says_so(tmp_path, cli):
     scenario, _ = converged(tmp_path, replicas=1, lifecycle=SURGE)
     where = ("-n", "demo", "--cluster", f"sim:{scenario.path}")
