@@ -263,3 +263,8 @@ def test_the_plan_forecasts_the_canary_steps(tmp_path, cli):
     assert code in (0, 2), err
     assert "**Canary** in 3 steps" in out, out
     assert "step 2: 2 Instances, then waits until promoted" in out, out
+    # The forecast waits out the timed pause and stops at the promotion; the gantt
+    # draws both pauses between the Instances' operations.
+    assert "Canary step 1 pause 20s (20s)" in out, out
+    assert "Canary step 2 waits for promotion" in out, out
+    assert "2/4 Instances updated" in out, out
