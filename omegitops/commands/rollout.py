@@ -11,7 +11,7 @@ step, so it never ends a later one, and nothing has to remove it.
 An emergency action that needs no commit: ``pause`` records who and since when in the
 InferenceReplica's ``ome.io/rollout-paused`` annotation, which the next pass honours
 (lifecycle/pause.py); ``resume`` removes it. A pause declared in Git
-(``lifecycle.paused: true``) is the repository's, and only a commit lifts it: resume
+(``lifecycle.paused: true``, ``spec.rollout.paused: true``) is the repository's, and only a commit lifts it: resume
 says so when one is still in force.
 """
 
@@ -62,7 +62,7 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
 def pause(cluster: Any, namespace: str, isvc: str, component: str, by: str) -> str:
     """Record the pause on the InferenceReplica; what to print. A pause already there
     is kept as it is (its since stays the first one's)."""
-    def change(annotations: dict[str, str]) -> str | None:
+    def change(annotations: dict[str, str], _status: dict[str, Any]) -> str | None:
         found = cluster_pause(annotations)
         if found is not None:
             return f"already paused by {found.by} since {found.since or '-'}"
@@ -77,7 +77,7 @@ def pause(cluster: Any, namespace: str, isvc: str, component: str, by: str) -> s
 
 def resume(cluster: Any, namespace: str, isvc: str, component: str) -> str:
     """Remove the pause the cluster records; what to print."""
-    def change(annotations: dict[str, str]) -> str | None:
+    def change(annotations: dict[str, str], _status: dict[str, Any]) -> str | None:
         if PAUSE_ANNOTATION not in annotations:
             return "was not paused on the cluster"
         del annotations[PAUSE_ANNOTATION]
@@ -99,9 +99,8 @@ def promote(cluster: Any, namespace: str, isvc: str, component: str, by: str) ->
     name = f"{isvc} ({component}) in {namespace}"
     step: dict[str, Any] = {}
 
-    def change(annotations: dict[str, str]) -> str | None:
-        canary = (read_replica(cluster, namespace, isvc, component).get("status")
-                  or {}).get("canary")
+    def change(annotations: dict[str, str], status: dict[str, Any]) -> str | None:
+        canary = status.get("canary")
         if not isinstance(canary, dict) or canary.get("done"):
             raise OmegitopsError(f"no canary step of {name} to promote")
         step.update(canary)
@@ -122,13 +121,14 @@ def promote(cluster: Any, namespace: str, isvc: str, component: str, by: str) ->
 
 def _annotate(cluster: Any, namespace: str, isvc: str, component: str,
               change: Any) -> str | None:
-    """Apply ``change`` to the InferenceReplica's annotations and write it, read again
-    on a conflict; ``change`` returns why nothing is to be written, or None."""
+    """Apply ``change`` to the InferenceReplica's annotations (given its status too) and
+    write it, read again on a conflict; ``change`` returns why nothing is to be written,
+    or None."""
     for _ in range(ATTEMPTS):
         replica = read_replica(cluster, namespace, isvc, component)
         metadata = replica.setdefault("metadata", {})
         annotations = dict(metadata.get("annotations") or {})
-        kept = change(annotations)
+        kept = change(annotations, replica.get("status") or {})
         if kept is not None:
             return kept
         metadata["annotations"] = annotations
