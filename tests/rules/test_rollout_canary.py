@@ -214,6 +214,8 @@ def test_validate_names_the_file_line_and_field_of_bad_rollout_values(tmp_path, 
          "duration:", "spec.rollout.canary.steps[0].pause.duration: 'ten minutes'"),
         ({"canary": {"steps": [{"replicas": 1, "wait": "1m"}]}}, "wait:",
          "spec.rollout.canary.steps[0].wait: unknown field"),
+        ({"canary": {"steps": [{"replicas": 1}, {"replicas": "150%"}]}}, "150%",
+         "spec.rollout.canary.steps[1].replicas: 150% is more than 100%"),
         ({"canary": {"components": ["prefill"], "steps": [{"replicas": 1}]}}, "- prefill",
          "spec.rollout.canary.components[0]: 'prefill' is not one of"),
     ]
