@@ -292,10 +292,49 @@ def _add_property(obj: Schema, name: str, sub: Schema, where: str) -> None:
     props[name] = sub
 
 
+def rollout_schema() -> Schema:
+    """``spec.rollout``: how users steer the service's rollouts (update-strategies.txt
+    "Pause and resume a rollout"; "a canary's current step replaces your partition").
+
+    ``paused`` pauses every component; ``canary.steps`` move the named components (all
+    OMENative ones by default) step by step: each step sets how many Instances run the
+    new revision (a number or a percentage, rounded up like a budget), then waits for a
+    ``pause.duration`` or, with ``pause: {}``, until promoted.
+    """
+    count = {
+        "anyOf": [
+            {"type": "integer", "minimum": 0, "maximum": MAX_INT32},
+            {"type": "string", "pattern": "^[0-9]+%$"},
+        ]
+    }
+    step = closed(
+        {
+            "replicas": count,
+            "pause": closed({"duration": {"type": "string", "pattern": DURATION_PATTERN}}),
+        },
+        required=["replicas"],
+    )
+    canary = closed(
+        {
+            "components": {
+                "type": "array",
+                "items": {"type": "string", "enum": COMPONENTS},
+                "minItems": 1,
+                "uniqueItems": True,
+            },
+            "steps": {"type": "array", "items": step, "minItems": 1},
+        },
+        required=["steps"],
+    )
+    return closed({"paused": {"type": "boolean"}, "canary": canary})
+
+
 def add_omenative_isvc(schema: Schema) -> None:
-    """spec.deploymentMode, spec.runtime.autoSync and spec.{component}.lifecycle."""
+    """spec.deploymentMode, spec.runtime.autoSync, spec.rollout and
+    spec.{component}.lifecycle."""
     spec = schema["properties"]["spec"]
     _add_property(spec, "deploymentMode", {"type": "string", "enum": DEPLOYMENT_MODES}, "spec")
+    _add_property(spec, "rollout", rollout_schema(), "spec")
     _add_property(spec["properties"]["runtime"], "autoSync", {"type": "boolean"}, "spec.runtime")
     for component in COMPONENTS:
         target = spec["properties"][component]
@@ -672,6 +711,9 @@ def inference_replica_document() -> Schema:
             "updateRevision": revision,
             "conditions": {"type": "array", "items": {"$ref": "#/$defs/Condition"}},
             "rolloutHold": nullable({"$ref": "#/$defs/RolloutHold"}),
+            # The canary's current step (lifecycle/canary.py), while one moves the
+            # component.
+            "canary": nullable({"$ref": "#/$defs/CanaryStatus"}),
             # Events recorded with the status write and not sent yet (model/outbox.py),
             # and the counter that numbers them.
             "eventSequence": count,
@@ -706,6 +748,24 @@ def inference_replica_document() -> Schema:
                 "message": string,
             },
             required=["sequence", "type", "reason", "message"],
+        ),
+        "CanaryStatus": open_object(
+            {
+                "target": revision,
+                "step": {"type": "integer", "minimum": 1},
+                "steps": {"type": "integer", "minimum": 1},
+                "replicas": count,
+                "pause": nullable(string),
+                "startedAt": time,
+                "reachedAt": nullable(time),
+                "endsAt": nullable(time),
+                "waitingFor": string,
+                "promotedBy": nullable(string),
+                # The current step as Git wrote it: a step Git changes starts again.
+                "definition": string,
+                "done": {"type": "boolean"},
+            },
+            required=["target", "step", "steps", "startedAt", "waitingFor"],
         ),
         "RolloutHold": open_object(
             {"gate": string, "reason": string, "since": time, "target": nullable(revision),

@@ -32,11 +32,12 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                   name: str = "svc", worker_env: dict[str, str] | None = None,
                   gates: list[str] | None = None, namespace: str = "demo",
                   host_port: int | None = None, labels: dict | None = None,
-                  max_replicas: int | None = None) -> Path:
+                  max_replicas: int | None = None, rollout: dict | None = None) -> Path:
     """One runtime and one OMENative service ``<namespace>/<name>`` with an engine;
     ``host_port``: on the host network, serving on that port, as the catalogue's RDMA
     and prefill/decode runtimes do; ``labels``: the pod template's own labels;
-    ``max_replicas``: above ``replicas``, an autoscaler owns the count between them."""
+    ``max_replicas``: above ``replicas``, an autoscaler owns the count between them;
+    ``rollout``: the service's ``spec.rollout``."""
     config: dict[str, Any] = {"tolerations": TOLERATIONS}
     if host_port is not None:
         config["hostNetwork"] = True
@@ -66,6 +67,8 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                "metadata": {"name": name, "namespace": namespace},
                "spec": {"deploymentMode": "OMENative", "model": {"name": "m"},
                         "runtime": {"name": "srt-test"}, "engine": engine}}
+    if rollout:
+        service["spec"]["rollout"] = rollout
     (root / "runtimes").mkdir(parents=True, exist_ok=True)
     (root / "services").mkdir(parents=True, exist_ok=True)
     (root / "runtimes" / "test.yaml").write_text(yaml.safe_dump(runtime, sort_keys=False))

@@ -39,13 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def replica_table(views: list[dict], now: datetime, namespaces: bool = False,
                   wide: bool = False) -> str:
     """The kubectl table; ``namespaces`` adds the NAMESPACE column, ``wide`` the revision,
-    serving count and rollout hold."""
+    serving count, rollout hold and canary step (``2/3`` and what it waits for)."""
     if not views:
         return "No InferenceReplicas found."
     headers = ["NAME", "COMPONENT", "DESIRED", "CURRENT", "READY", "AVAILABLE", "COUNT-FROM",
                "AGE"]
     if wide:
-        headers += ["SERVING", "REVISION", "HOLD"]
+        headers += ["SERVING", "REVISION", "HOLD", "CANARY"]
     if namespaces:
         headers.insert(0, "NAMESPACE")
     rows = []
@@ -54,11 +54,22 @@ def replica_table(views: list[dict], now: datetime, namespaces: bool = False,
                v["available"], v["countFrom"], age(v["createdAt"], now)]
         if wide:
             hold = v["rolloutHold"] or {}
-            row += [v["serving"], v["revision"], hold.get("gate", "<none>")]
+            row += [v["serving"], v["revision"], hold.get("gate", "<none>"),
+                    _canary(v.get("canary"))]
         if namespaces:
             row.insert(0, v["namespace"])
         rows.append(row)
     return table(headers, rows)
+
+
+def _canary(canary: dict | None) -> str:
+    """The canary's current step, and what it waits for once reached."""
+    if not canary or canary.get("done"):
+        return "<none>"
+    text = f"{canary.get('step')}/{canary.get('steps')}"
+    if not canary.get("reachedAt"):
+        return f"{text} moving"
+    return f"{text} {canary.get('pause') or 'next'}"
 
 
 def run(args: argparse.Namespace) -> int:

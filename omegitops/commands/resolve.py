@@ -89,7 +89,8 @@ def render_table(views: list[dict[str, Any]]) -> str:
                      view["shape"] + (f" (1 leader + {view['workers']} workers)"
                                       if view["shape"] == "gang" else ""), ""))
         for name, resolved in view["lifecycle"].items():
-            source = resolved["source"]
-            rows.append((service, component, name, _show(resolved["value"]),
-                         source if source != DEFAULT else "default"))
+            source = resolved["source"] if resolved["source"] != DEFAULT else "default"
+            if resolved.get("field"):
+                source += f" ({resolved['field']})"
+            rows.append((service, component, name, _show(resolved["value"]), source))
     return table(("SERVICE", "COMPONENT", "FIELD", "VALUE", "SOURCE"), rows)

@@ -5,7 +5,8 @@ later"; min-ready-seconds.txt: "hold a rollout in progress ... and continue it w
 resume". A rollout is paused in either of two places, and either one pauses it:
 
 - in Git, by the component's ``lifecycle.paused: true`` (resolved with its source by
-  render/resolve.py, so the service's own field wins over its runtime's);
+  render/resolve.py, so the service's own field wins over its runtime's), or by the
+  service's ``spec.rollout.paused: true``, which pauses every component;
 - on the cluster, by the InferenceReplica's ``ome.io/rollout-paused`` annotation that
   ``omegitops rollout pause`` writes (``{"by": ..., "since": ...}``) and ``resume``
   removes: an emergency stop that needs no commit.

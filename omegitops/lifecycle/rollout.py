@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omegitops.lifecycle.availability import counted_pods, extras, surge_in_use, unavailable
+from omegitops.lifecycle.canary import Canary, current_step, partition_of, steps_of, wake_of
 from omegitops.lifecycle.pause import Pause, described, how_to_resume, pauses
 from omegitops.lifecycle.retries import held, start_wait
 from omegitops.lifecycle.updates import changes_no_container, open_update, update_mode
@@ -59,6 +60,8 @@ class RolloutDecision:
       hold nor by a pause, so the component stays busy.
     - ``paused``: what pauses the rollout (lifecycle/pause.py); while anything does,
       nothing starts.
+    - ``canary``: the canary's current step (lifecycle/canary.py), whose count of
+      Instances on the new revision replaces the partition while it holds.
     """
 
     target: str
@@ -75,6 +78,7 @@ class RolloutDecision:
     wakes: tuple[float, ...]
     pending: bool
     paused: tuple[Pause, ...] = ()
+    canary: Canary | None = None
 
     @property
     def starts(self) -> tuple[Move, ...]:
@@ -117,7 +121,9 @@ def decide_rollout(work: Work) -> RolloutDecision:
     lifecycle = work.lifecycle
     target = work.desired.revision
     desired = lifecycle.replicas
-    partition = lifecycle.settings.partition
+    canary = _canary(work, target)
+    # "A canary's current step replaces your partition" (update-strategies.txt).
+    partition = partition_of(canary, desired, lifecycle.settings.partition)
     strategy = lifecycle.strategy
     max_surge = scaled_value(lifecycle.settings.max_surge, desired)
     max_unavailable = scaled_value(lifecycle.settings.max_unavailable, desired)
@@ -128,6 +134,9 @@ def decide_rollout(work: Work) -> RolloutDecision:
     reasons: list[str] = []
     moves: list[Move] = []
     wakes: list[float] = []
+    step_ends = wake_of(canary)
+    if step_ends is not None:
+        wakes.append(step_ends)
     holds = frozenset(partition_held(work.rows.values(), target, partition))
     paused = _pauses(work)
     # A paused rollout starts nothing; what is already moving goes on (advance).
@@ -185,8 +194,19 @@ def decide_rollout(work: Work) -> RolloutDecision:
         max_unavailable=max_unavailable, surge_in_use=surge_before, surge_after=surge_slots,
         unavailable=down_before, unavailable_after=down, moves=tuple(moves),
         hold_reason=reasons[0] if reasons else None, wakes=tuple(wakes),
-        pending=bool(outstanding) and not held(work, target) and not paused,
-        paused=paused)
+        # A timed canary pause ends by itself: the rollout is still under way.
+        pending=(bool(outstanding) or step_ends is not None) and not held(work, target)
+        and not paused,
+        paused=paused, canary=canary)
+
+
+def _canary(work: Work, target: str) -> Canary | None:
+    """The canary step this pass, from the step the status records, the promotion the
+    InferenceReplica's annotation records and the pass's clock reading."""
+    annotations = ((work.observed.replica or {}).get("metadata") or {}).get("annotations")
+    return current_step(steps_of(work.lifecycle), work.lifecycle.replicas, target,
+                        work.rows.values(), work.previous.get("canary"), annotations,
+                        work.now, held(work, target))
 
 
 def _pauses(work: Work) -> tuple[Pause, ...]:
@@ -217,6 +237,9 @@ def apply_rollout(work: Work, decision: RolloutDecision,
     since = format_time(work.now)
     if gate == Gate.PAUSED:
         return _pause_hold(decision, reason, since, previous_hold)
+    if gate == Gate.CANARY_STEP and decision.canary and decision.canary.reached_at:
+        # The step holds the rest since its Instances reached the new revision.
+        return Hold(gate, reason, format_time(decision.canary.reached_at), decision.target)
     if previous_hold and previous_hold.get("gate") == gate \
             and previous_hold.get("target") == decision.target:
         since = previous_hold.get("since") or since
@@ -256,7 +279,20 @@ def _hold_gate(work: Work, decision: RolloutDecision) -> tuple[Gate, str] | None
         indices = ", ".join(str(i) for i in decision.refused)
         return Gate.IN_PLACE_ONLY, (f"InPlaceOnly strategy but diff exceeds container "
                                     f"images (Instances {indices})")
+    canary = decision.canary
+    if canary is not None and canary.waits_on_pause and decision.held:
+        return Gate.CANARY_STEP, _canary_reason(work, canary, len(decision.held))
     return None
+
+
+def _canary_reason(work: Work, canary: Canary, waiting: int) -> str:
+    """The step, what it waits for, and how to go on at once."""
+    desired = work.desired
+    text = (f"canary step {canary.step}/{canary.steps}: {canary.allowed} Instance"
+            f"{'' if canary.allowed == 1 else 's'} on {canary.target}, {waiting} "
+            f"wait{'s' if waiting == 1 else ''} for {canary.waiting_for}")
+    return (f"{text}; to go on now: omegitops rollout promote {desired.isvc} "
+            f"-c {desired.component} -n {desired.namespace}")
 
 
 def _pause_reason(work: Work, decision: RolloutDecision) -> str:

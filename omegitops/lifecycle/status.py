@@ -60,7 +60,7 @@ def component_status(work: Work, rows: list[Row], previous: Json,
     }
     conditions = _conditions(work, rows, counts, want, previous.get("conditions") or [],
                              rollout)
-    return {
+    status: Json = {
         **counts,
         "desiredReplicas": want,
         "currentRevision": current_revision(rows, desired.revision, want),
@@ -68,6 +68,11 @@ def component_status(work: Work, rows: list[Row], previous: Json,
         "conditions": conditions,
         "rolloutHold": None if rollout.hold is None else rollout.hold.for_storage(),
     }
+    canary = rollout.decision.canary
+    if canary is not None:
+        # The current step, since when, what it waits for (lifecycle/canary.py).
+        status["canary"] = canary.for_storage()
+    return status
 
 
 def current_revision(rows: list[Row], update: str, want: int) -> str | None:
@@ -130,6 +135,12 @@ def _ready(desired: DesiredComponent, rows: list[Row], counts: dict[str, int], w
     if serving < want:
         return FALSE, "InsufficientServing", f"{serving}/{want} Instances serving"
     staged = _staged(desired, rows, want, rollout.partition)
+    canary = rollout.decision.canary
+    if staged and canary is not None and not canary.done:
+        # The canary's step, not a partition of the user's, holds the rest.
+        text = staged.replace(f"Staged at partition {rollout.partition}",
+                              f"Canary step {canary.step}/{canary.steps}")
+        return TRUE, "CanaryStep", f"{text}; waits for {canary.waiting_for}"
     if staged:
         return TRUE, "Staged", staged
     behind = [row.index for row in rows if row.revision != desired.revision]

@@ -134,25 +134,43 @@ def _schema_error(manifest: Manifest, err: ValidationError) -> ManifestError:
 
 
 def percentage_errors(manifest: Manifest) -> list[ManifestError]:
-    """Budgets over 100% (the schema accepts any ``N%``), and a percentage whose
-    number no 64-bit integer holds (Kubernetes' ``strconv.Atoi`` refuses it)."""
-    errors = []
+    """Budgets and canary steps over 100% (the schema accepts any ``N%``), and a
+    percentage whose number no 64-bit integer holds (Kubernetes' ``strconv.Atoi``
+    refuses it)."""
+    found: list[tuple[tuple[str | int, ...], object]] = []
     for path, block in lifecycle_blocks(manifest):
         for key in BUDGET_FIELDS:
-            value = dig(block, ("updateStrategy", "rollingUpdate", key))
-            field_path = path + ("updateStrategy", "rollingUpdate", key)
-            if isinstance(value, str) and re.fullmatch(r"[0-9]+%", value):
-                try:
-                    budgets.parse_int_or_percent(value)
-                except budgets.BudgetError:
-                    shown = value if len(value) <= 40 else f"{value[:37]}..."
-                    errors.append(manifest.error(field_path, (
-                        f"{shown!r} is not a percentage: its number is larger than a "
-                        "64-bit integer")))
-                    continue
-            if value is not None and budgets.is_over_100_percent(value):
-                errors.append(manifest.error(field_path, f"{value} is more than 100%"))
+            where = ("updateStrategy", "rollingUpdate", key)
+            found.append((path + where, dig(block, where)))
+    steps = dig(manifest.data, CANARY_STEPS)
+    if isinstance(steps, list):
+        # A step lets at most every Instance onto the new revision.
+        found.extend((CANARY_STEPS + (number, "replicas"), step.get("replicas"))
+                     for number, step in enumerate(steps) if isinstance(step, dict))
+    errors = []
+    for field_path, value in found:
+        error = _percentage_error(manifest, field_path, value)
+        if error is not None:
+            errors.append(error)
     return errors
+
+
+CANARY_STEPS: tuple[str | int, ...] = ("spec", "rollout", "canary", "steps")
+
+
+def _percentage_error(manifest: Manifest, field_path: tuple[str | int, ...],
+                      value: object) -> ManifestError | None:
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+%", value):
+        try:
+            budgets.parse_int_or_percent(value)
+        except budgets.BudgetError:
+            shown = value if len(value) <= 40 else f"{value[:37]}..."
+            return manifest.error(field_path, (
+                f"{shown!r} is not a percentage: its number is larger than a "
+                "64-bit integer"))
+    if isinstance(value, int | str) and budgets.is_over_100_percent(value):
+        return manifest.error(field_path, f"{value} is more than 100%")
+    return None
 
 
 def service_errors(

@@ -59,6 +59,9 @@ class Gate(StrEnum):
     # A person paused the rollout: in Git (lifecycle.paused) or on the cluster (the
     # InferenceReplica's ome.io/rollout-paused annotation).
     PAUSED = "Paused"
+    # A canary step holds the rest of the Instances on their revision while it waits
+    # (a timed pause, or a promotion: lifecycle/canary.py).
+    CANARY_STEP = "CanaryStep"
 
 
 class StoredHold(TypedDict):

@@ -56,6 +56,8 @@ class Sample:
     updated: dict[SeriesKey, tuple[int, str]] = field(default_factory=dict)
     # GPUs the pods after it ask for (terminating ones too: they hold theirs until gone).
     gpus: int = 0
+    # A canary step waiting on its pause, per component: (step, pause, since when).
+    pauses: dict[SeriesKey, tuple[int, str, str]] = field(default_factory=dict)
 
 
 def usage(pods: list[dict[str, Any]]) -> tuple[int, int]:
@@ -69,6 +71,7 @@ def sample_pass(result: PassResult, pods: int, gpus: int = 0) -> Sample:
     capacity: dict[SeriesKey, tuple[int, int]] = {}
     instances: dict[InstanceKey, InstanceState] = {}
     updated: dict[SeriesKey, tuple[int, str]] = {}
+    pauses: dict[SeriesKey, tuple[int, str, str]] = {}
     for _, plan in result.plans:
         replica = plan.replica
         key = (f"{replica['metadata']['namespace']}/{replica['spec']['inferenceService']}",
@@ -79,6 +82,9 @@ def sample_pass(result: PassResult, pods: int, gpus: int = 0) -> Sample:
         ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"),
                      {})
         updated[key] = (int(status.get("updatedReplicas") or 0), ready.get("message") or "")
+        canary = status.get("canary") or {}
+        if canary.get("reachedAt") and canary.get("pause") and not canary.get("done"):
+            pauses[key] = (int(canary["step"]), str(canary["pause"]), str(canary["reachedAt"]))
         for row in plan.rows:
             operation = row.operation
             op = None
@@ -88,7 +94,7 @@ def sample_pass(result: PassResult, pods: int, gpus: int = 0) -> Sample:
                       operation.started_at or "")
                 label = span_label(row.index, operation, row.surge_of)
             instances[(*key, row.index)] = InstanceState(row.phase, op, label)
-    return Sample(result.now.timestamp(), pods, capacity, instances, updated, gpus)
+    return Sample(result.now.timestamp(), pods, capacity, instances, updated, gpus, pauses)
 
 
 def span_label(index: int, operation: Operation, surge_of: int | None = None) -> str:
@@ -147,6 +153,31 @@ def operation_spans(samples: list[Sample]) -> list[Span]:
         for key in sorted(open_spans):
             close(key, samples[-1].at, "running")
     return sorted(spans, key=lambda s: (s.service, s.component, s.start, s.index))
+
+
+def pause_bars(samples: list[Sample]) -> list[Bar]:
+    """Each canary step's pause, from the step's Instances reaching the new revision to
+    the pass that saw it end (``running`` when the forecast ends in it: a promotion
+    nothing in the forecast gives)."""
+    seen: dict[tuple[SeriesKey, int], tuple[str, float, float]] = {}
+    ended: set[tuple[SeriesKey, int]] = set()
+    for sample in samples:
+        for key, (step, pause, since) in sample.pauses.items():
+            first = seen.get((key, step))
+            start = first[1] if first else _started(since, sample.at)
+            seen[(key, step)] = (pause, start, sample.at)
+        for held, (pause, start, _) in list(seen.items()):
+            current = sample.pauses.get(held[0])
+            if held not in ended and (current is None or current[0] != held[1]):
+                ended.add(held)
+                seen[held] = (pause, start, sample.at)
+    bars = []
+    for (key, step), (pause, start, end) in seen.items():
+        label = (f"Canary step {step} waits for promotion" if pause == "promotion"
+                 else f"Canary step {step} pause {pause}")
+        bars.append(Bar(key[0], key[1], label, start, max(end, start),
+                        "done" if (key, step) in ended else "running"))
+    return sorted(bars, key=lambda b: (b.service, b.component, b.start))
 
 
 def _started(text: str, fallback: float) -> float:
@@ -258,7 +289,8 @@ def bar_times(bar: Bar, origin: float) -> tuple[int, int]:
     return offset, offset + max(1, round(bar.end - bar.start))
 
 
-def gantt(spans: list[Span], origin: float | None = None) -> str | None:
+def gantt(spans: list[Span], origin: float | None = None,
+          pauses: list[Bar] | None = None) -> str | None:
     """A Mermaid gantt chart: a section per component, a bar per Instance operation (per
     batch past ``MAX_BARS``), on an axis of time since the rollout's start (``origin``,
     by default the first span's start), so that it reads as durations, not dates.
@@ -269,7 +301,7 @@ def gantt(spans: list[Span], origin: float | None = None) -> str | None:
     if not spans:
         return None
     origin = min(s.start for s in spans) if origin is None else origin
-    bars, left_out = gantt_bars(spans)
+    bars, left_out = _with_pauses(spans, pauses)
     longest = max(b.end for b in bars) - origin
     # Mermaid draws dates in the reader's time zone; a whole-hour offset leaves minutes and
     # seconds since the start unchanged, which is what the axis shows under an hour.
@@ -295,13 +327,26 @@ def gantt(spans: list[Span], origin: float | None = None) -> str | None:
     return "\n".join(lines)
 
 
-def gantt_json(spans: list[Span], origin: float) -> list[dict[str, Any]]:
+def _with_pauses(spans: list[Span], pauses: list[Bar] | None) -> tuple[list[Bar], int]:
+    """The gantt's bars with each canary pause among its component's (pauses are few:
+    they are always drawn)."""
+    bars, left_out = gantt_bars(spans)
+    if not pauses:
+        return bars, left_out
+    order = {(b.service, b.component): n for n, b in enumerate(bars)}
+    merged = sorted([*bars, *pauses], key=lambda b: (
+        order.get((b.service, b.component), len(order)), b.service, b.component, b.start))
+    return merged, left_out
+
+
+def gantt_json(spans: list[Span], origin: float,
+               pauses: list[Bar] | None = None) -> list[dict[str, Any]]:
     """The gantt's bars as the plan's JSON gives them: ``op<N>`` as in the chart, and
     seconds since the rollout's start."""
     if not spans:
         return []
     out = []
-    for number, bar in enumerate(gantt_bars(spans)[0], start=1):
+    for number, bar in enumerate(_with_pauses(spans, pauses)[0], start=1):
         start, end = bar_times(bar, origin)
         out.append({"id": f"op{number}", "service": bar.service, "component": bar.component,
                     "label": bar.label, "start": start, "end": end, "outcome": bar.outcome})
@@ -359,6 +404,7 @@ def summarize(samples: list[Sample], stop: str, errors: list[str],
               cadence: Cadence | None = None) -> dict[str, Any]:
     """The forecast as JSON; pure. ``initial`` is (pods, GPUs) before the first pass."""
     spans = operation_spans(samples)
+    pauses = pause_bars(samples)
     lows = lowest_capacity(samples)
     start = samples[0].at if samples else 0.0
     end = samples[-1].at if samples else 0.0
@@ -391,8 +437,8 @@ def summarize(samples: list[Sample], stop: str, errors: list[str],
         "notUpdated": not_updated(samples),
         "spans": [span.to_dict() for span in spans],
         "components": component_forecasts(spans, lows, start),
-        "mermaid": gantt(spans, start),
-        "bars": gantt_json(spans, start),
+        "mermaid": gantt(spans, start, pauses),
+        "bars": gantt_json(spans, start, pauses),
         "errors": errors,
     }
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from omegitops.lifecycle.canary import PROMOTION, allowed_at, steps_of
 from omegitops.lifecycle.pause import described
 from omegitops.lifecycle.planner import Plan
 from omegitops.lifecycle.scaling import AUTOSCALER, GIT
@@ -506,6 +507,9 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
         # annotation), and the Instances the pause keeps from moving.
         "pausedBy": None,
         "heldByPause": 0,
+        # The canary's steps, each with the Instances it lets onto the new revision and
+        # its pause, and the step the first pass leaves it at (lifecycle/canary.py).
+        "canary": None,
         "pacing": None,
     }
     desired, observed, plan = planned.desired, planned.observed, planned.plan
@@ -541,11 +545,28 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
         # A paused rollout moves nothing: what would move waits for the resume.
         view.update(pausedBy=described(plan.decision.paused), toMove=0,
                     heldByPause=view["toMove"])
+    view["canary"] = canary_view(lifecycle, status, revision["old"] != revision["new"])
     view["pacing"] = pacing(lifecycle, hold, rows)
     # What the reviewer asks first: does this component change at all?
     view["changed"] = bool(revision["old"] != revision["new"] or view["lifecycleChanges"]
                            or view["changes"])
     return view
+
+
+def canary_view(lifecycle: ComponentLifecycle, status: dict[str, Any],
+                moves: bool) -> dict[str, Any] | None:
+    """The canary that moves this change: its steps, the step the first pass leaves it
+    at, and the first step that waits for a promotion (the forecast, which runs the
+    passes, stops there: nothing promotes it)."""
+    steps = steps_of(lifecycle)
+    current = status.get("canary")
+    if not steps or not (moves or isinstance(current, dict)):
+        return None
+    shown = [{"step": number, "replicas": allowed_at(step, lifecycle.replicas),
+              "pause": step.pause} for number, step in enumerate(steps, 1)]
+    promotion = next((step["step"] for step in shown if step["pause"] == PROMOTION), None)
+    return {"steps": shown, "current": current if isinstance(current, dict) else None,
+            "waitsForPromotionAt": promotion}
 
 
 def instances_to_move(rows: tuple[Row, ...], target: str, partition: int) -> dict[str, int]:

@@ -49,7 +49,11 @@ class Resolved:
     path: tuple[str | int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "source": self.source}
+        shown = {"value": self.value, "source": self.source}
+        if self.path[:2] == ("spec", "rollout"):
+            # Set for the whole service rather than in the component's lifecycle.
+            shown["field"] = ".".join(str(part) for part in self.path)
+        return shown
 
 
 @dataclass(frozen=True)
@@ -291,10 +295,37 @@ def _fields(
         "instanceReadyTimeout"))
     fields["instanceReadyTimeout"] = timeout
     fields["migrationPolicy.mode"] = pick("migrationPolicy.mode", default="Auto")
-    # No operator level: a pause is a person's, for a service (or a runtime's services).
-    fields["paused"] = pick("paused", default=False)
+    fields["paused"] = _paused(isvc, pick("paused", default=False))
+    fields["canary.steps"] = _canary_steps(isvc, component)
     fields.update(_operator_fields(isvc, operator))
     return fields
+
+
+ROLLOUT_PAUSED = ("spec", "rollout", "paused")
+CANARY = ("spec", "rollout", "canary")
+
+
+def _paused(isvc: Json, component_pause: Resolved) -> Resolved:
+    """No operator level: a pause is a person's. ``spec.rollout.paused: true`` pauses
+    every component of the service whatever their own ``lifecycle.paused`` says (a
+    pause is never undone by a finer field); else the component's own, or its
+    runtime's, holds."""
+    if dig(isvc, ROLLOUT_PAUSED) is True:
+        return Resolved(True, ISVC, ROLLOUT_PAUSED)
+    return component_pause
+
+
+def _canary_steps(isvc: Json, component: str) -> Resolved:
+    """The canary steps that move ``component``: ``spec.rollout.canary.steps`` when the
+    canary names it, or names no component (then it moves every OMENative one); None
+    when no canary moves it (a plain rolling update)."""
+    canary = dig(isvc, CANARY)
+    if not isinstance(canary, dict) or not isinstance(canary.get("steps"), list):
+        return Resolved(None, DEFAULT)
+    named = canary.get("components")
+    if isinstance(named, list) and component not in named:
+        return Resolved(None, DEFAULT)
+    return Resolved(canary["steps"], ISVC, (*CANARY, "steps"))
 
 
 def _operator_fields(isvc: Json, operator: OperatorSettings) -> dict[str, Resolved]:

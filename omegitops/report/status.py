@@ -233,6 +233,7 @@ def _component(item: ServiceComponent, replicas: dict, events: list[dict],
         "operations": sum(1 for row in rows if row.operation is not None),
         "failedInstances": [row.index for row in rows if row.phase == Phase.FAILED],
         "rolloutHold": _hold(view["rolloutHold"]),
+        "canary": _canary(view.get("canary")),
         "conditions": unhealthy_conditions(view["conditions"]),
         "staged": staged,
         "needsPerson": needs_person(item, name, view, staged),
@@ -328,14 +329,31 @@ def _unsettled(view: dict, rows: list[Row], staged: bool = False) -> list[str]:
         current = view["currentRevision"]
         reasons.append(f"current revision {current} is not {view['revision']}" if current
                        else f"no Instance runs {view['revision']} yet")
+    canary = _canary(view.get("canary"))
+    if canary is not None:
+        reasons.append(f"canary step {canary['step']}/{canary['steps']} "
+                       f"({canary['replicas']} on the new revision) waits for "
+                       f"{canary['waitingFor']}")
     paused = _paused(view["rolloutHold"])
     if paused:
         # A pause alone leaves the component at rest: it says so without unsettling it.
         if reasons:
             reasons.append(paused)
-    elif view["rolloutHold"]:
+    elif view["rolloutHold"] and canary is None:
         reasons.append("rollout held")
     return reasons
+
+
+CANARY_FIELDS = ("step", "steps", "replicas", "pause", "target", "startedAt", "reachedAt",
+                 "endsAt", "waitingFor", "promotedBy")
+
+
+def _canary(stored: Any) -> dict | None:
+    """The canary's current step as the report shows it; None when none moves the
+    component or it is past its last step."""
+    if not isinstance(stored, dict) or stored.get("done") or "step" not in stored:
+        return None
+    return {key: stored.get(key) for key in CANARY_FIELDS}
 
 
 def _paused(hold: dict | None) -> str | None:

@@ -39,6 +39,8 @@ def replica_view(replica: dict) -> dict[str, Any]:
         "currentRevision": status.get("currentRevision"),
         "conditions": status.get("conditions") or [],
         "rolloutHold": status.get("rolloutHold"),
+        # The canary's current step, while one moves the component (lifecycle/canary.py).
+        "canary": status.get("canary"),
         "createdAt": replica["metadata"].get("creationTimestamp"),
     }
 

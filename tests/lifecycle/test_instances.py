@@ -312,7 +312,7 @@ def test_get_irep_as_kubectl_does(tmp_path, cli):
     code, out, _ = cli("get", "irep", "-A", "--cluster", cluster, "-o", "name")
     assert "inferencereplica.ome.io/qwen3-0-6b-engine" in out.splitlines()
     code, out, _ = cli("get", "irep", "-A", "--cluster", cluster, "-o", "wide")
-    assert out.splitlines()[0].split()[-3:] == ["SERVING", "REVISION", "HOLD"]
+    assert out.splitlines()[0].split()[-4:] == ["SERVING", "REVISION", "HOLD", "CANARY"]
     code, out, _ = cli("get", "irep", "-A", "--cluster", cluster, "-o", "yaml")
     assert out.startswith("apiVersion: v1\nitems:") or "kind: List" in out
     code, _, err = cli("get", "irep", "nothing-engine", "--cluster", cluster)

@@ -253,3 +253,115 @@ def test_a_paused_rollout_starts_nothing_and_names_who_paused_it(where):
     assert "3 Instances wait on their revision" in hold.reason
     if where == "cluster":
         assert hold.since == format_time(NOW - 60)
+
+
+# -- canary steps (update-strategies.txt: "a canary's current step replaces your
+# partition"; lifecycle/canary.py) -------------------------------------------------------
+
+CANARY = [{"replicas": 1, "pause": {"duration": "10m"}}, {"replicas": "50%", "pause": {}},
+          {"replicas": "100%"}]
+
+
+def canary_work(component: Component, steps: list | None = None,
+                previous: dict | None = None, annotations: dict | None = None) -> Work:
+    work = component.work()
+    lifecycle = work.desired.lifecycle
+    fields = {**lifecycle.fields, "canary.steps": Resolved(
+        CANARY if steps is None else steps, "isvc", ("spec", "rollout", "canary", "steps"))}
+    work.desired = replace(work.desired, lifecycle=replace(lifecycle, fields=fields))
+    if previous is not None:
+        work.previous = {"canary": previous}
+    if annotations is not None:
+        work.observed.replica = {"metadata": {"annotations": annotations}}
+    return work
+
+
+def stored(step: int, reached: float | None = None, definition: str | None = None) -> dict:
+    written = {1: '[1, "10m"]', 2: '["50%", "promotion"]', 3: '["100%", null]'}
+    return {"target": NEW, "step": step, "steps": 3, "startedAt": format_time(NOW - 900),
+            "reachedAt": None if reached is None else format_time(reached),
+            "definition": definition or written[step]}
+
+
+def test_the_first_canary_step_replaces_the_partition():
+    """Step 1 lets one of four Instances move, whatever the budgets allow; the step
+    starts now and waits for that Instance."""
+    decision = decide_rollout(canary_work(Component(4)))
+    assert decision.partition == 3 and [m.index for m in decision.starts] == [3]
+    canary = decision.canary
+    assert canary is not None and (canary.step, canary.allowed, canary.started_at) == (
+        1, 1, NOW)
+    assert canary.reached_at is None and canary.waiting_for.startswith("1 more Instance")
+
+
+def test_a_timed_step_ends_from_the_status_and_the_clock_alone():
+    """Reached 5 minutes ago with a 10m pause: it waits 5 more minutes, wakes the pass
+    then, and the rollout stays under way; reached 10 minutes ago: step 2 (50% of 4)."""
+    component = Component(4)
+    component.instance(3, NEW)
+    waiting = decide_rollout(canary_work(component, previous=stored(1, NOW - 300)))
+    assert waiting.canary is not None and waiting.canary.ends_at == NOW + 300
+    assert waiting.starts == () and NOW + 300 in waiting.wakes and waiting.pending
+    hold = plan_rollout(canary_work(component, previous=stored(1, NOW - 300)), None).hold
+    assert hold is not None and hold.gate == "CanaryStep"
+    assert hold.since == format_time(NOW - 300)
+    assert hold.reason.startswith(f"canary step 1/3: 1 Instance on {NEW}, 3 wait for its "
+                                  f"pause of 10m to end at {format_time(NOW + 300)}")
+    over = decide_rollout(canary_work(component, previous=stored(1, NOW - 600)))
+    assert over.canary is not None and (over.canary.step, over.canary.allowed) == (2, 2)
+    assert over.partition == 2 and [m.index for m in over.starts] == [2]
+
+
+def test_an_indefinite_step_waits_for_its_promotion_only():
+    component = Component(4)
+    component.instance(3, NEW)
+    component.instance(2, NEW)
+    work = canary_work(component, previous=stored(2, NOW - 3600))
+    decision = decide_rollout(work)
+    assert decision.starts == () and not decision.pending and decision.wakes == ()
+    assert decision.canary is not None and "promotion" in decision.canary.waiting_for
+    # A promotion of another step, or of another revision, promotes nothing.
+    stale = '{"by": "bob", "step": 1, "target": "svc-engine-new", "at": "x"}'
+    decision = decide_rollout(canary_work(component, previous=stored(2, NOW - 3600),
+                                          annotations={"ome.io/rollout-promote": stale}))
+    assert decision.canary is not None and decision.canary.step == 2
+    promoted = stale.replace('"step": 1', '"step": 2')
+    decision = decide_rollout(canary_work(component, previous=stored(2, NOW - 3600),
+                                          annotations={"ome.io/rollout-promote": promoted}))
+    # Step 3 lets every Instance move.
+    assert decision.canary is not None and (decision.canary.step, decision.canary.allowed,
+                                            decision.canary.promoted_by) == (3, 4, "bob")
+    assert decision.partition == 0 and [m.index for m in decision.starts] == [0, 1]
+
+
+def test_git_moves_a_step_by_changing_it():
+    """The step the status records was written otherwise: it starts again as Git now
+    writes it (here without its pause, so the next step follows)."""
+    component = Component(4)
+    component.instance(3, NEW)
+    component.instance(2, NEW)
+    steps = [CANARY[0], {"replicas": "50%"}, CANARY[2]]
+    decision = decide_rollout(canary_work(component, steps, previous=stored(2, NOW - 60)))
+    assert decision.canary is not None and decision.canary.step == 3
+    assert [m.index for m in decision.starts] == [0, 1]
+    # A list that now ends before the recorded step ends the canary.
+    decision = decide_rollout(canary_work(component, CANARY[:1], previous=stored(2)))
+    assert decision.canary is not None and decision.canary.done
+    assert decision.partition == 0
+
+
+def test_a_held_revision_stops_the_canary_at_its_step():
+    component = Component(4)
+    component.instance(3, NEW)
+    work = canary_work(component, previous=stored(1, NOW - 3600))
+    work.retries = {NEW: {"attempts": 1, "held": True}}
+    decision = decide_rollout(work)
+    assert decision.canary is not None and decision.canary.stopped
+    assert decision.canary.step == 1 and decision.starts == () and not decision.pending
+
+
+def test_no_canary_without_an_instance_to_move():
+    component = Component(2)
+    for index in range(2):
+        component.instance(index, NEW)
+    assert decide_rollout(canary_work(component)).canary is None
