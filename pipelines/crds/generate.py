@@ -39,6 +39,9 @@ import yaml
 HERE = Path(__file__).resolve().parent
 SCHEMA = HERE.parents[1] / "schemas" / "inferencereplica.schema.json"
 OUTPUT = HERE / "inferencereplica-crd.yaml"
+# What ``kubectl explain`` says of each field, by its path (not beside the CRD, which
+# ``kubectl apply -f pipelines/crds/`` applies whole).
+DESCRIPTIONS = HERE.parents[1] / "schemas" / "inferencereplica-descriptions.yaml"
 
 GROUP, VERSION, KIND, PLURAL, SINGULAR = "ome.io", "v1beta1", "InferenceReplica", \
     "inferencereplicas", "inferencereplica"
@@ -135,6 +138,24 @@ def _alternatives(node: dict, defs: dict) -> dict:
     return out
 
 
+def fields(node: dict, path: str = "") -> Any:
+    """(path, node) of every field under ``node``: ``spec.lifecycle.paused``, and
+    ``status.conditions[].type`` for a list's items."""
+    for name, sub in (node.get("properties") or {}).items():
+        here = f"{path}.{name}" if path else name
+        yield here, sub
+        yield from fields(sub, here)
+    if isinstance(node.get("items"), dict):
+        yield from fields(node["items"], f"{path}[]")
+
+
+def describe(schema: dict, descriptions: dict[str, str]) -> None:
+    """Each field's description from ``descriptions`` (``kubectl explain``)."""
+    for path, node in fields(schema):
+        if path in descriptions:
+            node["description"] = " ".join(descriptions[path].split())
+
+
 def crd() -> dict:
     source = json.loads(SCHEMA.read_text(encoding="utf-8"))
     schema = structural(source, source.get("$defs", {}))
@@ -142,6 +163,10 @@ def crd() -> dict:
     properties = schema["properties"]
     properties["metadata"] = {"type": "object"}
     schema["required"] = ["spec"]
+    schema["description"] = ("An InferenceReplica is one OMENative component of an "
+                             "InferenceService as omegitops keeps it: its Instances, "
+                             "their revisions and the rollout's state.")
+    describe(schema, yaml.safe_load(DESCRIPTIONS.read_text(encoding="utf-8")))
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

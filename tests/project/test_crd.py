@@ -87,3 +87,23 @@ def test_the_schema_is_structural():
         if node.get("type") == "array":
             assert "items" in node, path
         assert "\\u" not in node.get("pattern", ""), f"{path}: RE2 has no \\u escapes"
+
+
+def test_every_field_says_what_it_is_for_kubectl_explain():
+    generator = _generator()
+    descriptions = yaml.safe_load(generator.DESCRIPTIONS.read_text(encoding="utf-8"))
+    schema = _schema()
+    paths = {path for path, _ in generator.fields(schema)}
+    assert schema["description"].startswith("An InferenceReplica is")
+    # metadata stays a bare object, as the API server requires of a CRD.
+    assert [p for p, node in generator.fields(schema)
+            if not node.get("description") and p != "metadata"] == []
+    assert sorted(set(descriptions) - paths) == [], "descriptions of fields the CRD has not"
+
+
+def test_the_crd_folder_holds_only_what_kubectl_applies():
+    # `kubectl apply -f pipelines/crds/` reads every .yaml, .yml and .json file there.
+    for path in CRDS.iterdir():
+        if path.suffix in {".yaml", ".yml", ".json"}:
+            assert yaml.safe_load(path.read_text(encoding="utf-8"))["kind"] == \
+                "CustomResourceDefinition", path.name
