@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -57,3 +58,17 @@ def test_a_broken_link_fails_the_build(tmp_path):
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode != 0
     assert "nowhere.md" in done.stdout + done.stderr
+
+
+def test_what_the_docs_say_of_omes_released_crd_holds():
+    # docs/ome-and-gitops.md: the released InferenceService CRD declares neither
+    # spec.deploymentMode nor a component's lifecycle, so it refuses or prunes them.
+    crd = yaml.safe_load((ROOT.parent / "shared" / "ome" / "crds" /
+                          "ome.io_inferenceservices.yaml").read_text(encoding="utf-8"))
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert "deploymentMode" not in spec
+    for component in ("engine", "decoder", "router"):
+        assert "lifecycle" not in spec.get(component, {}).get("properties", {}), component
+    text = (ROOT / "docs" / "ome-and-gitops.md").read_text(encoding="utf-8")
+    assert "declares neither\n`spec.deploymentMode` nor a component's `lifecycle`" in text
