@@ -96,8 +96,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         metavar="S", help="simulated time budget of the forecast "
                                           f"(default: {DEFAULT_BUDGET_SECONDS:.0f})")
     parser.add_argument("--schedule", default=SHIPPED_SCHEDULE, metavar="CRON",
-                        help="the forecast's job cadence: how often the scheduled job runs "
-                             f"(default: the shipped pipelines', '{SHIPPED_SCHEDULE}')")
+                        help="the forecast's job cadence: the scheduled job's schedule, any a "
+                             "CronJob accepts (the longest wait between two runs paces the "
+                             f"forecast; default: the shipped pipelines', '{SHIPPED_SCHEDULE}')")
     parser.add_argument("--job-seconds", type=seconds, default=SHIPPED_JOB_SECONDS,
                         metavar="S", help="the forecast's job cadence: each run's "
                                           "--max-seconds (default: the shipped pipelines', "

@@ -10,17 +10,25 @@ in the next run, which starts at the first schedule tick after the last one ende
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from cronsim import CronSim, CronSimError
 
 from omegitops.util.errors import UsageError
 
 SHIPPED_SCHEDULE = "*/5 * * * *"
 SHIPPED_JOB_SECONDS = 900.0
 
-# The minute field of a schedule whose other fields are all "*": "*" (every minute),
-# "*/N", or a list of minutes ("0,30").
-_EVERY = re.compile(r"^(\*|\*/(?P<step>\d+)|(?P<list>\d+(,\d+)*))$")
+# The macros a CronJob's schedule accepts, as cron fields.
+MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+          "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+          "@hourly": "0 * * * *"}
+# The ticks a schedule's interval is measured over: enough for a week of a dense
+# schedule (the weekend a working-days schedule skips) and a year of a sparse one.
+TICKS, SPAN = 10_000, timedelta(days=400)
+# Any fixed moment: the longest wait between two runs does not depend on it (a Monday).
+ANCHOR = datetime(2026, 1, 5, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -45,23 +53,35 @@ class Cadence:
 
 def cadence(schedule: str = SHIPPED_SCHEDULE,
             job_seconds: float = SHIPPED_JOB_SECONDS) -> Cadence:
-    """The cadence of a cron schedule that repeats every so many minutes; UsageError for
-    one that does not (a day-of-week schedule has no single interval)."""
+    """The cadence of a CronJob schedule: any that Kubernetes accepts (five fields, the
+    macros, a ``CRON_TZ=`` prefix), read by cronsim. Its period is the longest wait
+    between two ticks, which bounds the forecast: ``0,30 * * * *`` is every 30 minutes,
+    ``*/7 * * * *`` every 7 (the 56th minute to the hour waits 4), ``0 9 * * 1-5`` has
+    the weekend's 72 hours. UsageError for one that is not a schedule."""
+    if job_seconds <= 0:
+        raise UsageError(f"--job-seconds {job_seconds:g}: give a positive budget")
+    period = _longest_wait(schedule)
+    return Cadence(schedule, period, job_seconds)
+
+
+def _longest_wait(schedule: str) -> float:
     fields = schedule.split()
-    match = _EVERY.match(fields[0]) if len(fields) == 5 else None
-    if match is None or any(f != "*" for f in fields[1:]):
-        raise UsageError(f"--schedule {schedule!r}: give a schedule that repeats every few "
-                         "minutes, such as '*/5 * * * *' (minute field '*', '*/N' or "
-                         "'M,M', the others '*')")
-    if match["step"]:
-        minutes = int(match["step"])
-    elif match["list"]:
-        marks = sorted({int(m) for m in match["list"].split(",")})
-        gaps = [b - a for a, b in zip(marks, marks[1:] + [marks[0] + 60], strict=True)]
-        minutes = max(gaps)  # the longest wait between two runs bounds the forecast
-    else:
-        minutes = 1
-    if not 1 <= minutes <= 60 or job_seconds <= 0:
-        raise UsageError(f"--schedule {schedule!r} with --job-seconds {job_seconds:g}: "
-                         "an interval of 1 to 60 minutes and a positive budget")
-    return Cadence(schedule, minutes * 60.0, job_seconds)
+    if fields and fields[0].startswith(("CRON_TZ=", "TZ=")):
+        fields = fields[1:]  # the zone moves the ticks, not the waits between them
+    expression = MACROS.get(" ".join(fields).lower(), " ".join(fields))
+    try:
+        ticks = CronSim(expression, ANCHOR)
+        previous, longest, count = next(ticks), 0.0, 1
+        for tick in ticks:
+            longest = max(longest, (tick - previous).total_seconds())
+            previous, count = tick, count + 1
+            if count >= TICKS or tick - ANCHOR > SPAN:
+                break
+    except (CronSimError, StopIteration) as err:
+        detail = str(err) or "it never runs"
+        raise UsageError(f"--schedule {schedule!r} is not a cron schedule ({detail}); "
+                         "such as '*/5 * * * *'") from None
+    if longest <= 0:
+        raise UsageError(f"--schedule {schedule!r} runs once a year at most: give one that "
+                         "repeats, such as '*/5 * * * *'")
+    return longest

@@ -647,16 +647,22 @@ def test_a_live_cluster_is_only_observed_and_gets_no_forecast(cli, settled, monk
 # -- the forecast's cadence and assumptions ------------------------------------------------
 
 
-@pytest.mark.parametrize("schedule, period", [("*/5 * * * *", 300), ("* * * * *", 60),
-                                              ("0,30 * * * *", 1800), ("0,10 * * * *", 3000)])
+@pytest.mark.parametrize("schedule, period", [
+    ("*/5 * * * *", 300), ("* * * * *", 60), ("0,30 * * * *", 1800), ("0,10 * * * *", 3000),
+    # Every schedule a CronJob accepts, read as cron reads it: the longest wait between
+    # two runs bounds the forecast.
+    ("*/7 * * * *", 420), ("0 3 * * *", 86400), ("@hourly", 3600), ("@daily", 86400),
+    ("0 9 * * 1-5", 3 * 86400), ("CRON_TZ=Europe/Paris */10 * * * *", 600),
+    ("*/5 * * * 1", 6 * 86400 + 300),
+])
 def test_a_cadence_is_the_schedules_longest_gap(schedule, period):
     from omegitops.preview.cadence import cadence
 
     assert cadence(schedule, 900).period == period
 
 
-@pytest.mark.parametrize("schedule", ["0 3 * * *", "*/5 * * * 1", "@hourly", "*/90 * * * *"])
-def test_a_schedule_without_one_interval_is_a_usage_error(schedule):
+@pytest.mark.parametrize("schedule", ["0 0 30 2 *", "61 * * * *", "nope", "* * * *", ""])
+def test_what_is_not_a_schedule_is_a_usage_error(schedule):
     from omegitops.preview.cadence import cadence
     from omegitops.util.errors import UsageError
 
