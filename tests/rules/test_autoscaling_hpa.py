@@ -200,7 +200,11 @@ def test_an_hpa_scale_during_a_rollout_keeps_the_budgets(cluster, metrics):
     autoscale(scenario, metrics, 2, 4, queue=2 * PER_INSTANCE)
     change(image="sglang:v2")
     scenario.run_pass()
+    assert updating[-1] == 1, rows(scenario)
+    # The HPA writes /scale while the rollout is under way (no pass in between).
     metrics.set(scenario.namespace, METRIC, 4 * PER_INSTANCE)
+    scenario.wait(lambda s: s.replica(NAME)["spec"]["replicas"] == 4, 60,
+                  "the HPA's scale to 4")
     scenario.until(hpa_wants(4), seconds=240)
     target = scenario.replica(NAME)["spec"]["revision"]
     assert sorted(rows(scenario)) == [0, 1, 2, 3]
