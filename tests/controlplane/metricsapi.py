@@ -41,6 +41,9 @@ SERVICE = "omegitops-test-external-metrics"
 # The ServiceAccount kube-controller-manager's HPA controller runs as (with
 # --use-service-account-credentials; as the admin otherwise).
 HPA_CONTROLLER = "horizontal-pod-autoscaler"
+# The RBAC a metrics adapter installs for it (prometheus-adapter's names).
+READER = "external-metrics-reader"
+READER_BINDING = "hpa-controller-external-metrics"
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,11 @@ class ExternalMetrics:
     # -- lifetime ----------------------------------------------------------------------
 
     def __enter__(self) -> Self:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()  # a registration half made is taken back
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -114,7 +121,15 @@ class ExternalMetrics:
         self._register(self._server.server_address[1])
 
     def stop(self) -> None:
-        self.cp.delete("apiregistration.k8s.io/v1", "APIService", None, APISERVICE)
+        """The registration first (a namespace being deleted waits on the discovery of
+        every registered group), then the server; the cluster is left as found."""
+        rbac = "rbac.authorization.k8s.io/v1"
+        for api_version, kind, namespace, name in (
+                ("apiregistration.k8s.io/v1", "APIService", None, APISERVICE),
+                ("v1", "Service", NAMESPACE, SERVICE),
+                (rbac, "ClusterRoleBinding", None, READER_BINDING),
+                (rbac, "ClusterRole", None, READER)):
+            self.cp.delete(api_version, kind, namespace, name)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -131,13 +146,13 @@ class ExternalMetrics:
                   "spec": {"type": "ExternalName", "externalName": "localhost",
                            "ports": [{"name": "https", "port": port}]}})
         cp.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                  "metadata": {"name": "external-metrics-reader"},
+                  "metadata": {"name": READER},
                   "rules": [{"apiGroups": [GROUP], "resources": ["*"],
                              "verbs": ["get", "list", "watch"]}]})
         cp.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                  "metadata": {"name": "hpa-controller-external-metrics"},
+                  "metadata": {"name": READER_BINDING},
                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                              "name": "external-metrics-reader"},
+                              "name": READER},
                   "subjects": [{"kind": "ServiceAccount", "name": HPA_CONTROLLER,
                                 "namespace": NAMESPACE}]})
         cp.apply({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
