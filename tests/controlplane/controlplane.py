@@ -61,6 +61,14 @@ EVICTION_TOLERATION_SECONDS = 30
 SERVICE_CIDR = "10.96.0.0/16"
 # The ``kubernetes`` Service's address: the first of the range.
 SERVICE_IP = "10.96.0.1"
+# The HPA controller reads metrics and writes /scale every 2 s (15 s by default), and
+# acts on a lower recommendation after 5 s (5 min by default): an autoscaling test
+# sees the HPA move in seconds. An HPA's own behavior can still ask for longer.
+HPA_SYNC_PERIOD = "2s"
+HPA_DOWNSCALE_STABILIZATION = "5s"
+# The name the API server's front-proxy client certificate carries: an aggregated API
+# server (metricsapi.py) trusts the X-Remote-* headers of this client only.
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 class ControlPlaneError(RuntimeError):
@@ -291,8 +299,29 @@ class ControlPlane(Supervisor):
             f"--default-unreachable-toleration-seconds={EVICTION_TOLERATION_SECONDS}",
             # One API server on two cores: no fairness queues to wait in.
             "--enable-priority-and-fairness=false",
+            *self._aggregation_flags(),
         ])
         self._wait(process, self._readyz, 90)
+
+    def _aggregation_flags(self) -> list[str]:
+        """The aggregation layer, as kubeadm sets it up: the API server proxies the groups
+        an APIService registers (metrics.k8s.io, external.metrics.k8s.io...) to the server
+        behind it, presenting the front-proxy client certificate and the requester in
+        X-Remote-User / X-Remote-Group / X-Remote-Extra-*. No kube-proxy runs here, so a
+        Service's cluster IP leads nowhere, and ``--enable-aggregator-routing`` (dial the
+        Service's endpoint) cannot reach loopback either: an EndpointSlice, like an
+        Endpoints object, refuses 127.0.0.0/8. Left off, the API server dials an
+        ExternalName Service at its name and the APIService's port: ``localhost``, where
+        the test's server listens (metricsapi.py). The TLS check is the same either way,
+        the serving certificate for ``<service>.<namespace>.svc``."""
+        return [f"--requestheader-client-ca-file={self.pki / 'front-proxy-ca.crt'}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-username-headers=X-Remote-User",
+                f"--proxy-client-cert-file={self.pki / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={self.pki / 'front-proxy-client.key'}",
+                "--enable-aggregator-routing=false"]
 
     def _addresses(self) -> list[str]:
         if not self.pod_network_gateway:
@@ -312,7 +341,13 @@ class ControlPlane(Supervisor):
                     (f"--use-service-account-credentials="
                     f"{'true' if self.controller_credentials else 'false'}"),
                     f"--node-monitor-grace-period={self.node_monitor_grace}",
-                    "--node-monitor-period=2s"]
+                    "--node-monitor-period=2s",
+                    # Every default controller, the HPA's among them (named so that a
+                    # change of the defaults cannot drop it unseen).
+                    "--controllers=*,horizontal-pod-autoscaler-controller",
+                    f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
+                    ("--horizontal-pod-autoscaler-downscale-stabilization="
+                     f"{HPA_DOWNSCALE_STABILIZATION}")]
         if name == "kube-scheduler":
             return [f"--config={self._scheduler_config()}", "--secure-port=0"]
         if name == "kwok":
@@ -367,7 +402,8 @@ class ControlPlane(Supervisor):
     # -- credentials ----------------------------------------------------------------------
 
     def _make_pki(self) -> None:
-        """A CA, the API server's serving certificate, and the service-account key pair."""
+        """A CA, the API server's serving certificate, the service-account key pair, and
+        the front proxy's CA and client certificate (the aggregation layer's)."""
         self.pki.mkdir(exist_ok=True)
         ssl_cmd = shutil.which("openssl") or "openssl"
 
@@ -389,6 +425,38 @@ class ControlPlane(Supervisor):
             "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "apiserver.crt")
         run("genrsa", "-out", "sa.key", "2048")
         run("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+        # A CA of its own, as kubeadm makes: a client certificate of the cluster CA
+        # must not pass for the front proxy.
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+            "/CN=omegitops-test-front-proxy-ca", "-keyout", "front-proxy-ca.key",
+            "-out", "front-proxy-ca.crt")
+        (self.pki / "client.cnf").write_text("extendedKeyUsage=clientAuth\n")
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={FRONT_PROXY_CLIENT}",
+            "-keyout", "front-proxy-client.key", "-out", "front-proxy-client.csr")
+        run("x509", "-req", "-in", "front-proxy-client.csr", "-CA", "front-proxy-ca.crt",
+            "-CAkey", "front-proxy-ca.key", "-CAcreateserial", "-days", "2",
+            "-extfile", "client.cnf", "-out", "front-proxy-client.crt")
+
+    def serving_certificate(self, name: str, dns_names: list[str]) -> tuple[Path, Path]:
+        """A serving certificate of the cluster CA for ``dns_names`` (an aggregated API
+        server's: the API server checks it for ``<service>.<namespace>.svc``); its
+        certificate and key files. The CA (``ca_bundle``) goes in the APIService."""
+        names = ",".join(f"DNS:{dns}" for dns in dns_names)
+        (self.pki / f"{name}.cnf").write_text(
+            f"subjectAltName={names},IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+        for args in (["req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                      "-keyout", f"{name}.key", "-out", f"{name}.csr"],
+                     ["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey",
+                      "ca.key", "-CAcreateserial", "-days", "2", "-extfile", f"{name}.cnf",
+                      "-out", f"{name}.crt"]):
+            subprocess.run([shutil.which("openssl") or "openssl", *args], cwd=self.pki,
+                           check=True, capture_output=True)
+        return self.pki / f"{name}.crt", self.pki / f"{name}.key"
+
+    @property
+    def ca_bundle(self) -> str:
+        """The cluster CA, base64, as an APIService's or a webhook's caBundle."""
+        return base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
 
     def _write_kubeconfig(self, path: Path, *, user: str, token: str | None = None,
                           token_file: Path | None = None, namespace: str = "default") -> Path:
