@@ -20,6 +20,7 @@ from typing import Any
 from omegitops.cluster.base import (
     CONTROLLER_REVISION,
     INFERENCE_REPLICA,
+    NODE,
     POD,
     POD_GROUP,
     SERVICE,
@@ -32,6 +33,7 @@ from omegitops.cluster.errors import (
     AlreadyExists,
     Conflict,
     CreateRefused,
+    Forbidden,
     LeaseLost,
     NameTaken,
     NotFound,
@@ -82,19 +84,46 @@ class Observation:
     revisions: dict[ComponentKey, list[dict[str, Any]]] = field(default_factory=dict)
     services: dict[ComponentKey, dict[str, dict[str, Any]]] = field(default_factory=dict)
     podgroups: dict[ComponentKey, dict[str, dict[str, Any]]] | None = None
+    # Every node by name, for the migrations off those going away (None: not listed).
+    nodes: dict[str, dict[str, Any]] | None = None
 
     def component(self, namespace: str, isvc: str, component: str) -> ObservedComponent:
         key = ComponentKey(namespace, isvc, component)
         groups = None
         if self.podgroups is not None:
             groups = self.podgroups.get(key, {})
+        pods = self.pods.get(key, [])
         return ObservedComponent(
             replica=self.replicas.get((namespace, f"{isvc}-{component}")),
-            pods=self.pods.get(key, []),
+            pods=pods,
             revisions=self.revisions.get(key, []),
             services=self.services.get(key, {}),
             podgroups=groups,
+            nodes=_nodes_of(self.nodes, pods),
         )
+
+
+def _nodes_of(nodes: dict[str, dict[str, Any]] | None,
+              pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
+    """The nodes ``pods`` run on, and whether any other node takes pods at all (a
+    cluster cordoned whole has nowhere to migrate to): under the key ``""``."""
+    if nodes is None:
+        return None
+    names = {(p.get("spec") or {}).get("nodeName") for p in pods}
+    chosen = {name: nodes[name] for name in sorted(n for n in names if n and n in nodes)}
+    open_nodes = [n for n in nodes.values() if not (n.get("spec") or {}).get("unschedulable")]
+    chosen[""] = {"open": sorted(n["metadata"]["name"] for n in open_nodes)}
+    return chosen
+
+
+def list_nodes(cluster: Cluster) -> dict[str, dict[str, Any]] | None:
+    """Every node by name; None when RBAC does not let the job list them: the pass goes
+    on, and no migration starts. Any other failure fails the observation, as a failed
+    LIST of a managed kind does (nothing is written after a failed read)."""
+    try:
+        return {n["metadata"]["name"]: n for n in cluster.list_objects(NODE)}
+    except Forbidden:
+        return None
 
 
 def owner_key(obj: dict[str, Any]) -> ComponentKey:
@@ -131,6 +160,7 @@ def observe(cluster: Cluster) -> Observation:
                           threads=cluster.lists_side_by_side)
     for kind, objects in listed.items():
         _file(seen, kind, objects)
+    seen.nodes = list_nodes(cluster)
     return seen
 
 
@@ -148,6 +178,7 @@ def observe_keys(cluster: Cluster, seen: Observation, keys: set[ComponentKey]) -
         seen.replicas.pop((namespace, replica_name(isvc, component)), None)
     for kind in observed_kinds(cluster):
         _file(seen, kind, cluster.list_keyed(kind, MANAGED, keys, KEPT.get(kind)))
+    seen.nodes = list_nodes(cluster)
 
 
 def _file(seen: Observation, kind: str, objects: list[dict[str, Any]]) -> None:

@@ -38,7 +38,8 @@ SERVING_GATE = "ome.io/serving"
 # What omegitops reads of an existing pod's spec: where it runs, its scheduling gates,
 # its grace, and each container's name and image (in-place updates and InPlaceOnly
 # compare images). Metadata and status are read whole.
-_KEPT_POD_SPEC = ("nodeName", "schedulingGates", "terminationGracePeriodSeconds")
+_KEPT_POD_SPEC = ("nodeName", "schedulingGates", "terminationGracePeriodSeconds",
+                  "tolerations")
 _KEPT_CONTAINER = ("name", "image")
 
 

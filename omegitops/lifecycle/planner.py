@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from omegitops.lifecycle.availability import counts_toward_desired, is_ready
+from omegitops.lifecycle.availability import counts_toward_desired, is_ready, replaced_whole
 from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint, unmarked
+from omegitops.lifecycle.migration import plan_migrations
 from omegitops.lifecycle.operations import adopt_orphans, open_create, open_delete
 from omegitops.lifecycle.repairs import (
     RELEASE_ANNOTATION,
@@ -137,6 +138,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
         # An Instance on its way out is not repaired: the teardown removes it whole, and a
         # torn-down component may have lost the templates a rebuild would need.
         plan_repairs(work)
+        plan_migrations(work)
     _scale(work)
     rollout = plan_rollout(work, previous.get("rolloutHold"))
     converge_rotation(work)
@@ -272,13 +274,12 @@ def _scale(work: Work) -> None:
         # just in phase Ready), lowest indices first. A single-pod surge is an Instance
         # like the others here.
         def handing_over(row: Row) -> bool:
-            if not work.desired.gang:
-                return False
             operation = row.operation
-            if operation is not None and operation.mode == Mode.SURGE \
+            if operation is not None and replaced_whole(work, operation) \
                     and operation.step != Step.SURGE_CREATE:
                 return True  # a source, which fills the place until it hands over
-            return row.surge_of in work.rows  # a replacement, which fills it after
+            # a replacement, which fills it after
+            return row.surge_of is not None and row.surge_of in work.rows
 
         def rank(row: Row) -> tuple[bool, bool, int]:
             return (not handing_over(row), not is_ready(work, row), row.index)

@@ -1,0 +1,189 @@
+"""instances.txt: "Readiness deadlines, restart policies, migration off a node ... act on
+whole Instances"; "A migration ... starts the replacement at a new index and then
+removes the old Instance"; "A new Instance starts at incarnation 1, and so does the
+replacement in a migration". min-ready-seconds.txt: an Instance migration drains the
+source, "which keeps serving until then", once the replacement is available.
+
+A Ready Instance whose pods run on a cordoned node, or one tainted NoSchedule or
+NoExecute beyond what its pods tolerate, migrates make-before-break
+(docs/behaviour.md "Migration off a node"); a node that stops reporting is a restart.
+
+These run on ``sim:`` only: the simulator's cordon and taint node faults; the control
+plane's scenario cannot cordon one node yet.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from omegitops.render import pods as P
+from tests.backends import NAME, SimDriver, messages, rows, serving_gangs, settled
+from tests.fleet import strategy
+from tests.scenario import converged
+
+SURGE = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
+
+
+def _scenario(tmp_path, **service):
+    scenario, change = converged(tmp_path, **service)
+    return SimDriver(scenario, "demo"), change
+
+
+def _serving(s) -> int:
+    """Instances the Service routes to (a single pod's, a gang's leader)."""
+    return sum(1 for p in s.pods(f"{NAME}-")
+               if P.runner_of(p) != "worker" and P.is_ready(p)
+               and P.gate_set(p) and not P.has_ended(p) and not P.is_terminating(p))
+
+
+def _node(s, index: int) -> str:
+    [pod] = [p for p in s.pods(f"{NAME}-{index}-") if P.runner_of(p) != "worker"]
+    return pod["spec"]["nodeName"]
+
+
+def _watch_serving(s, desired: int, gang: bool = False) -> None:
+    """After every pass: never fewer serving Instances than desired."""
+    def check(d):
+        count = serving_gangs(d) if gang else _serving(d)
+        assert count >= desired, f"{count} Instances serve, {desired} wanted"
+    s.watches.append(check)
+
+
+def _count(s, reason: str) -> int:
+    """How many times ``reason`` was recorded (a repeated message is one counted event)."""
+    return sum(e.get("count") or 1 for e in s.events(reason))
+
+
+def _migrated(s) -> bool:
+    return bool(messages(s, "InstanceMigrated")) and settled(s)
+
+
+def test_a_single_pod_on_a_cordoned_node_migrates_make_before_break(tmp_path):
+    s, _ = _scenario(tmp_path, replicas=2, lifecycle=SURGE)
+    node = _node(s, 0)
+    _watch_serving(s, 2)
+    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    s.run_pass()
+    row = rows(s)[0]
+    assert row["phase"] == "Migrating", row
+    operation = row["operation"]
+    assert (operation["type"], operation["leavingNode"], operation["leavingWhy"]) == (
+        "Migrate", node, "cordoned"), operation
+    started = messages(s, "InstanceMigrating")
+    assert started == [(f"OMENative component=engine instance=0 migrating off node {node} "
+                        "(cordoned): a replacement Instance starts on other nodes; this one "
+                        "serves until it hands over")], started
+    s.until(lambda d: _migrated(d) and all(_node(d, i) != node for i in rows(d)))
+    found = rows(s)
+    # The first replacement took the lowest free index, 2, at incarnation 1; a second
+    # Instance on the node moves to the index the first one freed.
+    assert 2 in found and found[2]["incarnation"] == 1, found
+    assert messages(s, "InstanceMigrated")[0] == (
+        f"OMENative component=engine instance=0 migrated off node {node}: Instance 2 "
+        "(incarnation 1) serves in its place")
+    assert len(found) == 2
+
+
+def test_a_gang_on_a_cordoned_node_migrates_whole(tmp_path):
+    s, _ = _scenario(tmp_path, replicas=1, workers=1, lifecycle=SURGE)
+    _watch_serving(s, 1, gang=True)
+    leader = f"{NAME}-0-leader-0"
+    node = _node(s, 0)
+    s.fault("cordon", pod=leader)
+    s.until(_migrated)
+    found = rows(s)
+    assert sorted(found) == [1] and found[1]["incarnation"] == 1, found
+    new_nodes = {p["spec"]["nodeName"] for p in s.pods(f"{NAME}-1-")}
+    assert node not in new_nodes, new_nodes
+
+
+def test_a_no_execute_taint_tolerated_for_a_while_migrates(tmp_path):
+    """Pods that tolerate the taint for tolerationSeconds are evicted later: the
+    Instance moves before then."""
+    s, _ = _scenario(tmp_path, replicas=1, lifecycle=SURGE)
+    runtime = s.repo / "runtimes" / "test.yaml"
+    doc = yaml.safe_load(runtime.read_text())
+    doc["spec"]["engineConfig"]["tolerations"].append(
+        {"key": "omegitops.io/maintenance", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 3600})
+    runtime.write_text(yaml.safe_dump(doc, sort_keys=False))
+    s.until(settled)
+    [index] = rows(s)
+    node = _node(s, index)
+    _watch_serving(s, 1)
+    s.fault("taint", pod=s.pods(f"{NAME}-{index}-")[0]["metadata"]["name"])
+    s.run_pass()
+    operation = rows(s)[index]["operation"]
+    assert operation["type"] == "Migrate", operation
+    assert operation["leavingWhy"] == "taint omegitops.io/maintenance=true:NoExecute"
+    s.until(_migrated)
+    [moved] = rows(s)
+    assert _node(s, moved) != node
+
+
+def test_a_node_that_stops_reporting_is_a_restart_not_a_migration(tmp_path):
+    s, _ = _scenario(tmp_path, replicas=1, grace=5, lifecycle=SURGE)
+    s.fault("node-down", pod=f"{NAME}-0-default-0")
+    s.until(lambda d: rows(d)[0]["phase"] == "Restarting")
+    assert not messages(s, "InstanceMigrating")
+
+
+def test_migration_policy_never_leaves_the_instance_on_a_cordoned_node(tmp_path):
+    s, _ = _scenario(tmp_path, replicas=1, lifecycle={**SURGE,
+                                                      "migrationPolicy": {"mode": "Never"}})
+    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    for _ in range(3):
+        s.run_pass()
+        s.advance(60)
+    assert sorted(rows(s)) == [0] and rows(s)[0]["phase"] == "Ready"
+    assert not messages(s, "InstanceMigrating")
+
+
+def test_nothing_migrates_while_every_node_is_cordoned(tmp_path):
+    """Nowhere to go: the Instance stays and serves (the unschedulable fault)."""
+    s, _ = _scenario(tmp_path, replicas=1, lifecycle=SURGE)
+    s.fault("unschedulable")
+    s.run_pass()
+    assert rows(s)[0]["phase"] == "Ready"
+    assert not messages(s, "InstanceMigrating")
+
+
+def test_a_failing_replacement_is_deleted_retried_and_bounded(tmp_path):
+    """A replacement that crashes past its deadline is deleted, the source keeps
+    serving, lastFailure and a MigrationFailed event say so; attempts stop at
+    autoMigrate.maxAttempts (three by default)."""
+    s, _ = _scenario(tmp_path, replicas=1, lifecycle={
+        **SURGE, "instanceReadyTimeout": "2m"})
+    _watch_serving(s, 1)
+    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    s.run_pass()
+    # Every replacement crashes.
+    for attempt in range(1, 4):
+        s.until(lambda d: any(i != 0 for i in rows(d)))
+        replacement = max(i for i in rows(s) if i != 0)
+        for pod in s.pods(f"{NAME}-{replacement}-"):
+            s.fault("crash", pod=pod["metadata"]["name"])
+        s.until(lambda d, n=attempt: len(messages(d, "MigrationFailed")) == n)
+        row = rows(s)[0]
+        assert row["phase"] == "Ready" and row["lastFailure"], row
+    assert "no further attempt" in messages(s, "MigrationFailed")[-1]
+    s.until(lambda d: sorted(rows(d)) == [0] and not d.results[-1].busy)
+    assert _count(s, "InstanceMigrating") == 3
+    s.advance(1800)
+    s.run_pass()
+    assert sorted(rows(s)) == [0] and rows(s)[0]["phase"] == "Ready"
+    assert _count(s, "InstanceMigrating") == 3
+
+
+def test_a_migration_cut_short_resumes_where_it_stood(tmp_path):
+    """A pass killed after its first write: the next carries the migration on from the
+    steps status.instances records."""
+    s, _ = _scenario(tmp_path, replicas=1, lifecycle=SURGE)
+    _watch_serving(s, 1)
+    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    s.run_pass()
+    for _ in range(6):
+        s.run_pass(kill_after=1)
+    assert rows(s)[0]["operation"]["type"] == "Migrate"
+    s.until(_migrated)
+    assert sorted(rows(s)) == [1] and rows(s)[1]["incarnation"] == 1
