@@ -187,3 +187,45 @@ def test_a_migration_cut_short_resumes_where_it_stood(tmp_path):
     assert rows(s)[0]["operation"]["type"] == "Migrate"
     s.until(_migrated)
     assert sorted(rows(s)) == [1] and rows(s)[1]["incarnation"] == 1
+
+
+def _migrating(s) -> set[int]:
+    return {i for i, row in rows(s).items()
+            if (row.get("operation") or {}).get("type") == "Migrate"}
+
+
+def test_without_max_surge_one_migration_runs_at_a_time(tmp_path):
+    """RecreatePod reads no maxSurge: a component moves one Instance at a time."""
+    s, _ = _scenario(tmp_path, replicas=3, lifecycle=strategy("RecreatePod"))
+    node = _node(s, 0)
+    on_node = {i for i in rows(s) if _node(s, i) == node}
+    assert len(on_node) >= 2, "the simulator packs the Instances onto one node"
+    s.watches.append(lambda d: _check(len(_migrating(d)) <= 1, _migrating(d)))
+    _watch_serving(s, 3)
+    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    s.until(lambda d: _count(d, "InstanceMigrated") == len(on_node) and settled(d))
+    assert all(_node(s, i) != node for i in rows(s))
+
+
+def test_a_migration_takes_a_surge_slot_from_the_rollout(tmp_path):
+    """maxSurge 1: while a replacement stands, no update surges beside it; the Instance
+    on the leaving node migrates first and the update reaches its replacement after."""
+    s, change = _scenario(tmp_path, replicas=2, lifecycle=SURGE)
+    node = _node(s, 0)
+    s.watches.append(lambda d: _check(
+        len(_migrating(d)) + sum(1 for r in rows(d).values()
+                                 if (r.get("operation") or {}).get("mode") == "Surge"
+                                 and r["operation"]["type"] == "Update") <= 1, rows(d)))
+    _watch_serving(s, 2)
+    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    change(image="sglang:v2")
+    s.run_pass()
+    assert 0 in _migrating(s)
+    s.until(settled)
+    assert all(_node(s, i) != node for i in rows(s))
+    assert all(p["spec"]["containers"][0]["image"] == "sglang:v2"
+               for p in s.pods(f"{NAME}-"))
+
+
+def _check(ok: bool, what) -> None:
+    assert ok, what
