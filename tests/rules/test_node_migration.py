@@ -16,7 +16,13 @@ from __future__ import annotations
 
 import yaml
 
+from omegitops.commands.instance import list_table, status_text
+from omegitops.manifests.load import load
+from omegitops.model.state import Mode, Operation, OperationType, Step
+from omegitops.preview.forecast import span_label
+from omegitops.preview.planview import operation_label
 from omegitops.render import pods as P
+from omegitops.report.status import build_report, validate_report
 from tests.backends import NAME, SimDriver, messages, rows, serving_gangs, settled
 from tests.fleet import strategy
 from tests.scenario import converged
@@ -229,3 +235,27 @@ def test_a_migration_takes_a_surge_slot_from_the_rollout(tmp_path):
 
 def _check(ok: bool, what) -> None:
     assert ok, what
+
+
+def test_instance_list_status_and_the_report_say_what_migrates_and_why(tmp_path):
+    s, _ = _scenario(tmp_path, replicas=1, lifecycle=SURGE)
+    node = _node(s, 0)
+    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    s.run_pass()
+    found = s.rows(NAME)
+    listed = list_table(found)
+    assert "Migrating" in listed and f"Migrate/SurgeWaitReady off {node} (cordoned)" in listed
+    shown = status_text(s.replica(NAME), rows(s)[0], [], s.now())
+    assert f"leaving:     node {node} (cordoned)" in shown, shown
+    assert "replacement: Instance 1" in shown, shown
+    report = build_report(load(s.repo), [s.replica(NAME)], s.events(), s.now())
+    validate_report(report)
+    (engine,) = report["services"][0]["components"]
+    assert f"Instance 0 migrating off node {node} (cordoned)" in engine["healthReason"], engine
+
+
+def test_the_plan_names_the_node_a_migration_leaves_and_why():
+    operation = Operation(OperationType.MIGRATE, Step.SURGE_CREATE, mode=Mode.SURGE,
+                          leaving="node-3", leaving_why="cordoned")
+    assert operation_label(operation) == "Migrate/Surge SurgeCreate off node-3 (cordoned)"
+    assert span_label(0, operation) == "Instance 0 Migrate (Surge) off node-3"
