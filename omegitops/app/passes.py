@@ -117,9 +117,12 @@ def _nodes_of(nodes: dict[str, dict[str, Any]] | None,
 
 
 def list_nodes(cluster: Cluster) -> dict[str, dict[str, Any]] | None:
-    """Every node by name; None when RBAC does not let the job list them: the pass goes
-    on, and no migration starts. Any other failure fails the observation, as a failed
-    LIST of a managed kind does (nothing is written after a failed read)."""
+    """Every node by name; None when the cluster lists none (``Cluster.lists_nodes``)
+    or RBAC does not let the job list them: the pass goes on, and no migration starts.
+    Any other failure fails the observation, as a failed LIST of a managed kind does
+    (nothing is written after a failed read)."""
+    if not cluster.lists_nodes:
+        return None
     try:
         return {n["metadata"]["name"]: n for n in cluster.list_objects(NODE)}
     except Forbidden:

@@ -100,6 +100,10 @@ class Cluster(abc.ABC):
     # its own goroutine: the API server encodes one kind's pages while this process
     # decodes another's. Not on sim:, whose calls cost no waiting.
     lists_side_by_side: bool = False
+    # Whether a pass lists the nodes, to migrate Instances off those going away
+    # (lifecycle/migration.py). Not on a real cluster yet: the job's role grants no
+    # nodes, and nothing there watches them.
+    lists_nodes: bool = False
     # ``--shard``: lists hold only namespaced objects whose namespace this accepts
     # (cluster-scoped ones always); None lists every namespace.
     namespace_scope: Callable[[str], bool] | None = None

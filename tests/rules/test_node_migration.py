@@ -55,6 +55,13 @@ def _watch_serving(s, desired: int, gang: bool = False) -> None:
     s.watches.append(check)
 
 
+def _mark(s, kind: str, pod: str) -> None:
+    """A cordon or a taint of the pod's node: unlike the faults that break pods, it
+    breaks no gang, so gangs stay held whole after every pass."""
+    s.fault(kind, pod=pod)
+    s.inner.strict_gangs = True
+
+
 def _count(s, reason: str) -> int:
     """How many times ``reason`` was recorded (a repeated message is one counted event)."""
     return sum(e.get("count") or 1 for e in s.events(reason))
@@ -68,7 +75,7 @@ def test_a_single_pod_on_a_cordoned_node_migrates_make_before_break(tmp_path):
     s, _ = _scenario(tmp_path, replicas=2, lifecycle=SURGE)
     node = _node(s, 0)
     _watch_serving(s, 2)
-    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    _mark(s, "cordon", f"{NAME}-0-default-0")
     s.run_pass()
     row = rows(s)[0]
     assert row["phase"] == "Migrating", row
@@ -95,7 +102,7 @@ def test_a_gang_on_a_cordoned_node_migrates_whole(tmp_path):
     _watch_serving(s, 1, gang=True)
     leader = f"{NAME}-0-leader-0"
     node = _node(s, 0)
-    s.fault("cordon", pod=leader)
+    _mark(s, "cordon", leader)
     s.until(_migrated)
     found = rows(s)
     assert sorted(found) == [1] and found[1]["incarnation"] == 1, found
@@ -117,7 +124,7 @@ def test_a_no_execute_taint_tolerated_for_a_while_migrates(tmp_path):
     [index] = rows(s)
     node = _node(s, index)
     _watch_serving(s, 1)
-    s.fault("taint", pod=s.pods(f"{NAME}-{index}-")[0]["metadata"]["name"])
+    _mark(s, "taint", s.pods(f"{NAME}-{index}-")[0]["metadata"]["name"])
     s.run_pass()
     operation = rows(s)[index]["operation"]
     assert operation["type"] == "Migrate", operation
@@ -137,7 +144,7 @@ def test_a_node_that_stops_reporting_is_a_restart_not_a_migration(tmp_path):
 def test_migration_policy_never_leaves_the_instance_on_a_cordoned_node(tmp_path):
     s, _ = _scenario(tmp_path, replicas=1, lifecycle={**SURGE,
                                                       "migrationPolicy": {"mode": "Never"}})
-    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    _mark(s, "cordon", f"{NAME}-0-default-0")
     for _ in range(3):
         s.run_pass()
         s.advance(60)
@@ -161,7 +168,7 @@ def test_a_failing_replacement_is_deleted_retried_and_bounded(tmp_path):
     s, _ = _scenario(tmp_path, replicas=1, lifecycle={
         **SURGE, "instanceReadyTimeout": "2m"})
     _watch_serving(s, 1)
-    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    _mark(s, "cordon", f"{NAME}-0-default-0")
     s.run_pass()
     # Every replacement crashes.
     for attempt in range(1, 4):
@@ -186,7 +193,7 @@ def test_a_migration_cut_short_resumes_where_it_stood(tmp_path):
     steps status.instances records."""
     s, _ = _scenario(tmp_path, replicas=1, lifecycle=SURGE)
     _watch_serving(s, 1)
-    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    _mark(s, "cordon", f"{NAME}-0-default-0")
     s.run_pass()
     for _ in range(6):
         s.run_pass(kill_after=1)
@@ -208,7 +215,7 @@ def test_without_max_surge_one_migration_runs_at_a_time(tmp_path):
     assert len(on_node) >= 2, "the simulator packs the Instances onto one node"
     s.watches.append(lambda d: _check(len(_migrating(d)) <= 1, _migrating(d)))
     _watch_serving(s, 3)
-    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    _mark(s, "cordon", f"{NAME}-0-default-0")
     s.until(lambda d: _count(d, "InstanceMigrated") == len(on_node) and settled(d))
     assert all(_node(s, i) != node for i in rows(s))
 
@@ -223,7 +230,7 @@ def test_a_migration_takes_a_surge_slot_from_the_rollout(tmp_path):
                                  if (r.get("operation") or {}).get("mode") == "Surge"
                                  and r["operation"]["type"] == "Update") <= 1, rows(d)))
     _watch_serving(s, 2)
-    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    _mark(s, "cordon", f"{NAME}-0-default-0")
     change(image="sglang:v2")
     s.run_pass()
     assert 0 in _migrating(s)
@@ -240,7 +247,7 @@ def _check(ok: bool, what) -> None:
 def test_instance_list_status_and_the_report_say_what_migrates_and_why(tmp_path):
     s, _ = _scenario(tmp_path, replicas=1, lifecycle=SURGE)
     node = _node(s, 0)
-    s.fault("cordon", pod=f"{NAME}-0-default-0")
+    _mark(s, "cordon", f"{NAME}-0-default-0")
     s.run_pass()
     found = s.rows(NAME)
     listed = list_table(found)

@@ -94,6 +94,7 @@ class SimCluster(Cluster):
     """A simulated cluster kept in one JSON file (``sim:PATH``)."""
 
     poll_seconds = None  # it knows when its next transition is
+    lists_nodes = True
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
