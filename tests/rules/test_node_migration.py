@@ -23,7 +23,7 @@ from omegitops.preview.forecast import span_label
 from omegitops.preview.planview import operation_label
 from omegitops.render import pods as P
 from omegitops.report.status import build_report, validate_report
-from tests.backends import NAME, SimDriver, messages, rows, serving_gangs, settled
+from tests.backends import NAME, SimDriver, messages, rows, serving_gangs, settled, step
 from tests.fleet import strategy
 from tests.scenario import converged
 
@@ -266,3 +266,21 @@ def test_the_plan_names_the_node_a_migration_leaves_and_why():
                           leaving="node-3", leaving_why="cordoned")
     assert operation_label(operation) == "Migrate/Surge SurgeCreate off node-3 (cordoned)"
     assert span_label(0, operation) == "Instance 0 Migrate (Surge) off node-3"
+
+
+def test_a_scale_down_keeps_the_instance_a_migration_hands_over(tmp_path):
+    """instances.txt: "On scale-down, OME first keeps the Instances that a migration ...
+    is handing over, with their replacements"."""
+    s, change = _scenario(tmp_path, replicas=2, lifecycle=SURGE)
+    _mark(s, "cordon", f"{NAME}-0-default-0")
+    s.run_pass()
+    s.until(lambda d: step(d, 0) == "SurgeWaitAvailable")
+    replacement = rows(s)[0]["operation"]["replacement"]
+    others = set(rows(s)) - {0, replacement}
+    change(replicas=1, lifecycle=SURGE)
+    s.run_pass()
+    found = rows(s)
+    assert found[0]["phase"] == "Migrating", found
+    assert all(found[i]["phase"] == "Deleting" for i in others), found
+    s.until(lambda d: _migrated(d))
+    assert sorted(rows(s)) == [replacement]
