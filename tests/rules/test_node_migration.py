@@ -8,8 +8,9 @@ A Ready Instance whose pods run on a cordoned node, or one tainted NoSchedule or
 NoExecute beyond what its pods tolerate, migrates make-before-break
 (docs/behaviour.md "Migration off a node"); a node that stops reporting is a restart.
 
-These run on ``sim:`` only: the simulator's cordon and taint node faults; the control
-plane's scenario cannot cordon one node yet.
+These run on ``sim:`` only (they take ``tmp_path``, not ``backend``): the simulator's
+cordon and taint node faults, and a real cluster's pass lists no nodes yet
+(``Cluster.lists_nodes``), so nothing there would migrate.
 """
 
 from __future__ import annotations
