@@ -15,6 +15,8 @@ cordon and taint node faults, and a real cluster's pass lists no nodes yet
 
 from __future__ import annotations
 
+import json
+
 import yaml
 
 from omegitops.commands.instance import list_table, status_text
@@ -285,3 +287,17 @@ def test_a_scale_down_keeps_the_instance_a_migration_hands_over(tmp_path):
     assert all(found[i]["phase"] == "Deleting" for i in others), found
     s.until(lambda d: _migrated(d))
     assert sorted(rows(s)) == [replacement]
+
+
+def test_plan_against_a_cluster_with_a_cordoned_node_says_what_will_move(tmp_path, cli):
+    s, _ = _scenario(tmp_path, replicas=1, lifecycle=SURGE)
+    node = _node(s, 0)
+    _mark(s, "cordon", f"{NAME}-0-default-0")
+    code, out, err = cli("plan", "--repo", str(s.repo), "--cluster", f"sim:{s.inner.path}",
+                         "-o", "json")
+    assert code in (0, 2), err
+    (engine,) = json.loads(out)["components"]
+    (instance,) = [i for i in engine["instances"] if i["index"] == 0]
+    assert instance["phase"] == "Migrating"
+    assert instance["operation"] == f"Migrate/Surge SurgeWaitReady off {node} (cordoned)"
+    assert any(f"migrating off node {node} (cordoned)" in line for line in engine["nextStep"])
