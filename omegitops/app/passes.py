@@ -22,6 +22,7 @@ from omegitops.cluster.base import (
     INFERENCE_REPLICA,
     NODE,
     POD,
+    POD_DISRUPTION_BUDGET,
     POD_GROUP,
     SERVICE,
     SERVING_GATE,
@@ -86,6 +87,8 @@ class Observation:
     podgroups: dict[ComponentKey, dict[str, dict[str, Any]]] | None = None
     # Every node by name, for the migrations off those going away (None: not listed).
     nodes: dict[str, dict[str, Any]] | None = None
+    # The components' PodDisruptionBudgets, kept where the nodes are listed (None: not).
+    budgets: dict[ComponentKey, dict[str, dict[str, Any]]] | None = None
 
     def component(self, namespace: str, isvc: str, component: str) -> ObservedComponent:
         key = ComponentKey(namespace, isvc, component)
@@ -100,6 +103,7 @@ class Observation:
             services=self.services.get(key, {}),
             podgroups=groups,
             nodes=_nodes_of(self.nodes, pods),
+            budgets=None if self.budgets is None else self.budgets.get(key, {}),
         )
 
 
@@ -140,6 +144,9 @@ def owner_key(obj: dict[str, Any]) -> ComponentKey:
 def observed_kinds(cluster: Cluster) -> list[str]:
     """The kinds a pass observes on this cluster."""
     kinds = [POD, INFERENCE_REPLICA, CONTROLLER_REVISION, SERVICE]
+    if cluster.lists_nodes:
+        # A budget that holds a drain back only makes sense where migrations run.
+        kinds.append(POD_DISRUPTION_BUDGET)
     return kinds + [POD_GROUP] if cluster.has_kind(POD_GROUP) else kinds
 
 
@@ -156,6 +163,8 @@ def observe(cluster: Cluster) -> Observation:
     kinds = observed_kinds(cluster)
     if POD_GROUP in kinds:
         seen.podgroups = {}
+    if POD_DISRUPTION_BUDGET in kinds:
+        seen.budgets = {}
     # Each page is cut down to what a pass keeps as it is read (KEPT), so the whole of a
     # large LIST is never held at once.
     listed = side_by_side({kind: partial(cluster.list_objects, kind, MANAGED,
@@ -176,6 +185,8 @@ def observe_keys(cluster: Cluster, seen: Observation, keys: set[ComponentKey]) -
         seen.services.pop(key, None)
         if seen.podgroups is not None:
             seen.podgroups.pop(key, None)
+        if seen.budgets is not None:
+            seen.budgets.pop(key, None)
     for namespace, isvc, component in keys:
         # Where Observation.component looks the replica up, and the planner names it.
         seen.replicas.pop((namespace, replica_name(isvc, component)), None)
@@ -200,6 +211,9 @@ def _file(seen: Observation, kind: str, objects: list[dict[str, Any]]) -> None:
     elif kind == SERVICE:
         for service in objects:
             seen.services.setdefault(owner_key(service), {})[service["metadata"]["name"]] = service
+    elif kind == POD_DISRUPTION_BUDGET and seen.budgets is not None:
+        for budget in objects:
+            seen.budgets.setdefault(owner_key(budget), {})[budget["metadata"]["name"]] = budget
     elif kind == POD_GROUP and seen.podgroups is not None:
         for group in objects:
             seen.podgroups.setdefault(owner_key(group), {})[group["metadata"]["name"]] = group

@@ -30,6 +30,7 @@ SERVICE = "Service"
 POD_GROUP = "PodGroup"
 EVENT = "Event"
 NODE = "Node"
+POD_DISRUPTION_BUDGET = "PodDisruptionBudget"
 POD = "Pod"
 
 # The readiness gate OME uses to put a pod into rotation.

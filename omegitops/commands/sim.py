@@ -42,11 +42,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "again (--clear) or is removed. node-removed: the node's Node "
                             "object is deleted; PodGC removes its pods 40 s later. cordon: "
                             "the node is cordoned; taint: it gets a NoExecute maintenance "
-                            "taint (omegitops migrates the Instances off it)")
+                            "taint (omegitops migrates the Instances off it). drain: kubectl "
+                            "drain, evicting through the disruption budgets")
     fault.add_argument("--pod", help="pod name")
     fault.add_argument("-n", "--namespace", help="the pod's namespace (default: any, if unique)")
     fault.add_argument("--image", help="imagepull: make this image unpullable everywhere")
-    fault.add_argument("--node", help="node-down, node-removed, cordon, taint: the node "
+    fault.add_argument("--node", help="node-down, node-removed, cordon, taint, drain: the node "
                                       "(default: the --pod's node)")
     fault.add_argument("--clear", action="store_true", help="remove a persistent fault")
     fault.set_defaults(func=run_fault)

@@ -151,6 +151,19 @@ def _room(work: Work) -> int:
     return max(1, surge) - availability.surge_in_use(work)[0]
 
 
+def budget_pods(work: Work) -> int | None:
+    """The pods the component's PodDisruptionBudget lets a drain evict at once: none
+    while migrations can move every Instance a drain would take down (the drain waits,
+    omegitops moves them and deletes the source pods itself), else maxUnavailable's
+    Instances in pods (None: unbounded, no budget), as with migrationPolicy Never."""
+    if work.settings.migration_mode != "Never" and not any(
+            (row.attempts or 0) >= max_attempts(work) and leaving_node(work, row)
+            for row in work.rows.values() if row.operation is None):
+        return 0
+    instances = scaled_value(work.settings.max_unavailable, work.lifecycle.replicas)
+    return None if instances is None else instances * work.needed
+
+
 def open_migration(work: Work, row: Row, node: str, why: str) -> Row:
     operation = work.operation(OperationType.MIGRATE, Step.SURGE_CREATE,
                                target=row.revision, mode=Mode.SURGE)

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegitops.lifecycle.availability import counts_toward_desired, is_ready, replaced_whole
 from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint, unmarked
-from omegitops.lifecycle.migration import plan_migrations
+from omegitops.lifecycle.migration import budget_pods, plan_migrations
 from omegitops.lifecycle.operations import adopt_orphans, open_create, open_delete
 from omegitops.lifecycle.repairs import (
     RELEASE_ANNOTATION,
@@ -49,7 +49,7 @@ from omegitops.model.state import Hold, Json, Mode, Outcome, Phase, Row, Step, S
 from omegitops.render import pods as P
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.revisions import plan_revisions
-from omegitops.render.services import left_podgroups, plan_services
+from omegitops.render.services import left_podgroups, plan_budget, plan_services
 from omegitops.render.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 
 __all__ = ["DesiredComponent", "ObservedComponent", "Plan", "converged_plan",
@@ -153,6 +153,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             removed = True
     else:
         work.actions.extend(plan_services(desired, observed.services))
+        work.actions.extend(plan_budget(desired, observed.budgets, budget_pods(work)))
         work.actions.extend(DeleteObject("PodGroup", desired.namespace, name) for name in
                             left_podgroups(desired, observed.podgroups, work.rows, work.groups))
         revisions = plan_revisions(desired, observed.revisions, work.rows.values())
@@ -221,6 +222,8 @@ def teardown_objects(desired: DesiredComponent, observed: ObservedComponent) -> 
                              for name in sorted(observed.services)]
     actions += [DeleteObject("PodGroup", namespace, name)
                 for name in sorted(observed.podgroups or {})]
+    actions += [DeleteObject("PodDisruptionBudget", namespace, name)
+                for name in sorted(observed.budgets or {})]
     actions += [DeleteObject("ControllerRevision", namespace, r["metadata"]["name"])
                 for r in observed.revisions]
     if observed.replica is not None:

@@ -58,3 +58,5 @@ class ObservedComponent:
     # The nodes the component's pods run on, by name (None: the nodes could not be
     # listed, and no migration starts).
     nodes: dict[str, Json] | None = None
+    # Its PodDisruptionBudget by name, where one is kept (None: not on this cluster).
+    budgets: dict[str, Json] | None = None

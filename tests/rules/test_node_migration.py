@@ -7,6 +7,8 @@ source, "which keeps serving until then", once the replacement is available.
 A Ready Instance whose pods run on a cordoned node, or one tainted NoSchedule or
 NoExecute beyond what its pods tolerate, migrates make-before-break
 (docs/behaviour.md "Migration off a node"); a node that stops reporting is a restart.
+A drain waits for the migration: the component's PodDisruptionBudget refuses its
+evictions of serving pods.
 
 These run on ``sim:`` only (they take ``tmp_path``, not ``backend``): the simulator's
 cordon and taint node faults, and a real cluster's pass lists no nodes yet
@@ -19,6 +21,7 @@ import json
 
 import yaml
 
+from omegitops.cluster.sim import SimCluster
 from omegitops.commands.instance import list_table, status_text
 from omegitops.manifests.load import load
 from omegitops.model.state import Mode, Operation, OperationType, Step
@@ -301,3 +304,58 @@ def test_plan_against_a_cluster_with_a_cordoned_node_says_what_will_move(tmp_pat
     assert instance["phase"] == "Migrating"
     assert instance["operation"] == f"Migrate/Surge SurgeWaitReady off {node} (cordoned)"
     assert any(f"migrating off node {node} (cordoned)" in line for line in engine["nextStep"])
+
+
+# -- drains wait for the migration (a PodDisruptionBudget per component) --------------------
+
+
+def _drained(s, node: str) -> bool:
+    with SimCluster(s.inner.path) as cluster:
+        record = cluster._sim["nodes"][node]
+    return record.get("drained") is not None
+
+
+def _budget(s) -> dict:
+    with SimCluster(s.inner.path) as cluster:
+        [budget] = cluster.list_objects("PodDisruptionBudget")
+    return budget
+
+
+def _on(s, node: str) -> list[str]:
+    return [p["metadata"]["name"] for p in s.pods(f"{NAME}-")
+            if p["spec"].get("nodeName") == node and not P.is_terminating(p)]
+
+
+def test_a_drain_waits_for_the_migration_and_then_ends_by_itself(tmp_path):
+    s, _ = _scenario(tmp_path, replicas=2, lifecycle=SURGE)
+    s.run_pass()  # the component's PodDisruptionBudget
+    assert _budget(s)["spec"]["maxUnavailable"] == 0
+    node = _node(s, 0)
+    _watch_serving(s, 2)
+    _mark(s, "drain", f"{NAME}-0-default-0")
+    # The drain's first evictions are refused: the pods still serve where they are.
+    assert _on(s, node)
+    s.until(lambda d: _drained(d, node) and settled(d))
+    assert not _on(s, node) and _count(s, "InstanceMigrated") >= 1
+
+
+def test_a_drain_waits_for_a_gang_to_move_whole(tmp_path):
+    s, _ = _scenario(tmp_path, replicas=1, workers=1, lifecycle=SURGE)
+    s.run_pass()
+    node = _node(s, 0)
+    _watch_serving(s, 1, gang=True)
+    _mark(s, "drain", f"{NAME}-0-leader-0")
+    s.until(lambda d: _drained(d, node) and settled(d))
+    assert sorted(rows(s)) == [1] and not _on(s, node)
+
+
+def test_with_migration_policy_never_the_drain_evicts_within_max_unavailable(tmp_path):
+    s, _ = _scenario(tmp_path, replicas=2, lifecycle={
+        **strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=1),
+        "migrationPolicy": {"mode": "Never"}})
+    s.run_pass()
+    assert _budget(s)["spec"]["maxUnavailable"] == 1
+    node = _node(s, 0)
+    _mark(s, "drain", f"{NAME}-0-default-0")
+    s.until(lambda d: _drained(d, node))
+    assert not messages(s, "InstanceMigrating")

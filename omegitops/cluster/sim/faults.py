@@ -37,6 +37,10 @@ taint          the pod's node (or ``--node``) gets the NoExecute taint      yes
                say): the taint manager deletes the pods that do not
                tolerate it, the others after their tolerationSeconds;
                clearing removes it
+drain          ``kubectl drain`` of the pod's node (or ``--node``): it is    yes
+               cordoned and its pods evicted through the eviction API; one
+               a PodDisruptionBudget refuses is tried again every 5 s until
+               none is left. Clearing stops the drain and uncordons the node
 =============  ===========================================================  ==========
 
 Pod faults are kept by pod uid in the simulator's bookkeeping, so a new pod
@@ -76,10 +80,12 @@ class FaultKind(StrEnum):
     HANG = "hang"
     CORDON = "cordon"
     TAINT = "taint"
+    DRAIN = "drain"
 
 
 ONE_SHOT = {FaultKind.OOM, FaultKind.EVICT, FaultKind.NODE_REMOVED}
-NODE_FAULTS = {FaultKind.NODE_DOWN, FaultKind.NODE_REMOVED, FaultKind.CORDON, FaultKind.TAINT}
+NODE_FAULTS = {FaultKind.NODE_DOWN, FaultKind.NODE_REMOVED, FaultKind.CORDON, FaultKind.TAINT,
+               FaultKind.DRAIN}
 MAINTENANCE_TAINT = {"key": "omegitops.io/maintenance", "value": "true", "effect": "NoExecute"}
 
 
@@ -184,7 +190,7 @@ def _cordon_all(sim: SimCluster, clear: bool) -> str:
 def _node_fault(sim: SimCluster, fault: FaultKind, name: str, clear: bool) -> str:
     if name not in sim._objects[base.NODE]:
         raise NotFound(f"Node/{name} not found")
-    if fault in (FaultKind.CORDON, FaultKind.TAINT):
+    if fault in (FaultKind.CORDON, FaultKind.TAINT, FaultKind.DRAIN):
         return _mark_node(sim, fault, name, clear)
     if fault is FaultKind.NODE_REMOVED:
         sim._remove_node(name)
@@ -199,9 +205,12 @@ def _node_fault(sim: SimCluster, fault: FaultKind, name: str, clear: bool) -> st
 def _mark_node(sim: SimCluster, fault: FaultKind, name: str, clear: bool) -> str:
     """Cordon one node, or taint it for maintenance (or undo it): it keeps reporting."""
     node = sim._objects[base.NODE][name]
-    if fault is FaultKind.CORDON:
+    if fault in (FaultKind.CORDON, FaultKind.DRAIN):
         nodes.set_cordoned(node, not clear)
         done = "uncordoned" if clear else "cordoned"
+        if fault is FaultKind.DRAIN:
+            sim._sim["nodes"][name]["draining"] = None if clear else sim._clock
+            done = "no longer drained" if clear else "draining"
     else:
         key = MAINTENANCE_TAINT["key"]
         taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != key]
