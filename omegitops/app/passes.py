@@ -20,7 +20,9 @@ from typing import Any
 from omegitops.cluster.base import (
     CONTROLLER_REVISION,
     INFERENCE_REPLICA,
+    NODE,
     POD,
+    POD_DISRUPTION_BUDGET,
     POD_GROUP,
     SERVICE,
     SERVING_GATE,
@@ -32,6 +34,7 @@ from omegitops.cluster.errors import (
     AlreadyExists,
     Conflict,
     CreateRefused,
+    Forbidden,
     LeaseLost,
     NameTaken,
     NotFound,
@@ -82,19 +85,52 @@ class Observation:
     revisions: dict[ComponentKey, list[dict[str, Any]]] = field(default_factory=dict)
     services: dict[ComponentKey, dict[str, dict[str, Any]]] = field(default_factory=dict)
     podgroups: dict[ComponentKey, dict[str, dict[str, Any]]] | None = None
+    # Every node by name, for the migrations off those going away (None: not listed).
+    nodes: dict[str, dict[str, Any]] | None = None
+    # The components' PodDisruptionBudgets, kept where the nodes are listed (None: not).
+    budgets: dict[ComponentKey, dict[str, dict[str, Any]]] | None = None
 
     def component(self, namespace: str, isvc: str, component: str) -> ObservedComponent:
         key = ComponentKey(namespace, isvc, component)
         groups = None
         if self.podgroups is not None:
             groups = self.podgroups.get(key, {})
+        pods = self.pods.get(key, [])
         return ObservedComponent(
             replica=self.replicas.get((namespace, f"{isvc}-{component}")),
-            pods=self.pods.get(key, []),
+            pods=pods,
             revisions=self.revisions.get(key, []),
             services=self.services.get(key, {}),
             podgroups=groups,
+            nodes=_nodes_of(self.nodes, pods),
+            budgets=None if self.budgets is None else self.budgets.get(key, {}),
         )
+
+
+def _nodes_of(nodes: dict[str, dict[str, Any]] | None,
+              pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
+    """The nodes ``pods`` run on, and whether any other node takes pods at all (a
+    cluster cordoned whole has nowhere to migrate to): under the key ``""``."""
+    if nodes is None:
+        return None
+    names = {(p.get("spec") or {}).get("nodeName") for p in pods}
+    chosen = {name: nodes[name] for name in sorted(n for n in names if n and n in nodes)}
+    open_nodes = [n for n in nodes.values() if not (n.get("spec") or {}).get("unschedulable")]
+    chosen[""] = {"open": sorted(n["metadata"]["name"] for n in open_nodes)}
+    return chosen
+
+
+def list_nodes(cluster: Cluster) -> dict[str, dict[str, Any]] | None:
+    """Every node by name; None when the cluster lists none (``Cluster.lists_nodes``)
+    or RBAC does not let the job list them: the pass goes on, and no migration starts.
+    Any other failure fails the observation, as a failed LIST of a managed kind does
+    (nothing is written after a failed read)."""
+    if not cluster.lists_nodes:
+        return None
+    try:
+        return {n["metadata"]["name"]: n for n in cluster.list_objects(NODE)}
+    except Forbidden:
+        return None
 
 
 def owner_key(obj: dict[str, Any]) -> ComponentKey:
@@ -108,6 +144,9 @@ def owner_key(obj: dict[str, Any]) -> ComponentKey:
 def observed_kinds(cluster: Cluster) -> list[str]:
     """The kinds a pass observes on this cluster."""
     kinds = [POD, INFERENCE_REPLICA, CONTROLLER_REVISION, SERVICE]
+    if cluster.lists_nodes:
+        # A budget that holds a drain back only makes sense where migrations run.
+        kinds.append(POD_DISRUPTION_BUDGET)
     return kinds + [POD_GROUP] if cluster.has_kind(POD_GROUP) else kinds
 
 
@@ -124,6 +163,8 @@ def observe(cluster: Cluster) -> Observation:
     kinds = observed_kinds(cluster)
     if POD_GROUP in kinds:
         seen.podgroups = {}
+    if POD_DISRUPTION_BUDGET in kinds:
+        seen.budgets = {}
     # Each page is cut down to what a pass keeps as it is read (KEPT), so the whole of a
     # large LIST is never held at once.
     listed = side_by_side({kind: partial(cluster.list_objects, kind, MANAGED,
@@ -131,6 +172,7 @@ def observe(cluster: Cluster) -> Observation:
                           threads=cluster.lists_side_by_side)
     for kind, objects in listed.items():
         _file(seen, kind, objects)
+    seen.nodes = list_nodes(cluster)
     return seen
 
 
@@ -143,11 +185,14 @@ def observe_keys(cluster: Cluster, seen: Observation, keys: set[ComponentKey]) -
         seen.services.pop(key, None)
         if seen.podgroups is not None:
             seen.podgroups.pop(key, None)
+        if seen.budgets is not None:
+            seen.budgets.pop(key, None)
     for namespace, isvc, component in keys:
         # Where Observation.component looks the replica up, and the planner names it.
         seen.replicas.pop((namespace, replica_name(isvc, component)), None)
     for kind in observed_kinds(cluster):
         _file(seen, kind, cluster.list_keyed(kind, MANAGED, keys, KEPT.get(kind)))
+    seen.nodes = list_nodes(cluster)
 
 
 def _file(seen: Observation, kind: str, objects: list[dict[str, Any]]) -> None:
@@ -166,6 +211,9 @@ def _file(seen: Observation, kind: str, objects: list[dict[str, Any]]) -> None:
     elif kind == SERVICE:
         for service in objects:
             seen.services.setdefault(owner_key(service), {})[service["metadata"]["name"]] = service
+    elif kind == POD_DISRUPTION_BUDGET and seen.budgets is not None:
+        for budget in objects:
+            seen.budgets.setdefault(owner_key(budget), {})[budget["metadata"]["name"]] = budget
     elif kind == POD_GROUP and seen.podgroups is not None:
         for group in objects:
             seen.podgroups.setdefault(owner_key(group), {})[group["metadata"]["name"]] = group

@@ -30,6 +30,7 @@ SERVICE = "Service"
 POD_GROUP = "PodGroup"
 EVENT = "Event"
 NODE = "Node"
+POD_DISRUPTION_BUDGET = "PodDisruptionBudget"
 POD = "Pod"
 
 # The readiness gate OME uses to put a pod into rotation.
@@ -38,7 +39,8 @@ SERVING_GATE = "ome.io/serving"
 # What omegitops reads of an existing pod's spec: where it runs, its scheduling gates,
 # its grace, and each container's name and image (in-place updates and InPlaceOnly
 # compare images). Metadata and status are read whole.
-_KEPT_POD_SPEC = ("nodeName", "schedulingGates", "terminationGracePeriodSeconds")
+_KEPT_POD_SPEC = ("nodeName", "schedulingGates", "terminationGracePeriodSeconds",
+                  "tolerations")
 _KEPT_CONTAINER = ("name", "image")
 
 
@@ -99,6 +101,10 @@ class Cluster(abc.ABC):
     # its own goroutine: the API server encodes one kind's pages while this process
     # decodes another's. Not on sim:, whose calls cost no waiting.
     lists_side_by_side: bool = False
+    # Whether a pass lists the nodes, to migrate Instances off those going away
+    # (lifecycle/migration.py). Not on a real cluster yet: the job's role grants no
+    # nodes, and nothing there watches them.
+    lists_nodes: bool = False
     # ``--shard``: lists hold only namespaced objects whose namespace this accepts
     # (cluster-scoped ones always); None lists every namespace.
     namespace_scope: Callable[[str], bool] | None = None

@@ -105,6 +105,9 @@ def operation_text(operation: dict | None) -> str:
     if not operation:
         return "-"
     text = f"{operation.get('type')}/{operation.get('step')}"
+    if operation.get("leavingNode"):
+        # A migration names the node it moves the Instance off, and why.
+        text += f" off {operation['leavingNode']} ({operation.get('leavingWhy') or '-'})"
     if operation.get("waiting"):
         text += f" (waiting: {operation['waiting']})"
     return text
@@ -190,6 +193,11 @@ def _operation_lines(operation: dict | None) -> list[str]:
     lines = [f"Operation:     {operation_text(operation)}"]
     for key in ("strategy", "startedAt", "deadline"):
         lines.append(f"  {key + ':':<12} {operation.get(key) or '-'}")
+    if operation.get("leavingNode"):
+        lines.append(f"  {'leaving:':<12} node {operation['leavingNode']} "
+                     f"({operation.get('leavingWhy') or '-'})")
+    if operation.get("replacement") is not None:
+        lines.append(f"  {'replacement:':<12} Instance {operation['replacement']}")
     return lines
 
 

@@ -40,12 +40,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="node-down: the node stops reporting; its pods, deleted by the "
                             "taint manager after 340 s, stay Terminating until it reports "
                             "again (--clear) or is removed. node-removed: the node's Node "
-                            "object is deleted; PodGC removes its pods 40 s later")
+                            "object is deleted; PodGC removes its pods 40 s later. cordon: "
+                            "the node is cordoned; taint: it gets a NoExecute maintenance "
+                            "taint (omegitops migrates the Instances off it). drain: kubectl "
+                            "drain, evicting through the disruption budgets")
     fault.add_argument("--pod", help="pod name")
     fault.add_argument("-n", "--namespace", help="the pod's namespace (default: any, if unique)")
     fault.add_argument("--image", help="imagepull: make this image unpullable everywhere")
-    fault.add_argument("--node", help="node-down, node-removed: the node (default: the "
-                                      "--pod's node)")
+    fault.add_argument("--node", help="node-down, node-removed, cordon, taint, drain: the node "
+                                      "(default: the --pod's node)")
     fault.add_argument("--clear", action="store_true", help="remove a persistent fault")
     fault.set_defaults(func=run_fault)
 

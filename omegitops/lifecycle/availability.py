@@ -7,9 +7,16 @@ from __future__ import annotations
 import math
 
 from omegitops.lifecycle.work import Work
-from omegitops.model.state import Json, Mode, OperationType, Phase, Row
+from omegitops.model.state import Json, Mode, Operation, OperationType, Phase, Row
 from omegitops.render import pods as P
 from omegitops.render.instance import InstancePods
+
+
+def replaced_whole(work: Work, operation: Operation) -> bool:
+    """Whether ``operation`` hands its Instance over to a replacement Instance at a new
+    index: a gang's surge, and any migration."""
+    return operation.mode == Mode.SURGE and (
+        work.desired.gang or operation.type == OperationType.MIGRATE)
 
 
 def counts_toward_desired(work: Work, row: Row) -> bool:
@@ -21,8 +28,7 @@ def counts_toward_desired(work: Work, row: Row) -> bool:
     if row.phase == Phase.DELETING:
         return False
     operation = row.operation
-    if operation is not None and operation.mode == Mode.SURGE and work.desired.gang \
-            and operation.handed_over:
+    if operation is not None and replaced_whole(work, operation) and operation.handed_over:
         return False
     if row.surge_of is not None and row.surge_of in work.rows:
         source = work.rows[row.surge_of].operation
@@ -77,12 +83,13 @@ def surge_in_use(work: Work) -> tuple[int, list[str], list[float]]:
         # source, or other starts would take the slot meanwhile.
         gang_waiting = (work.desired.gang and surging and updating
                         and not any(r.surge_of == row.index for r in work.rows.values()))
-        reserved = (surging and not work.desired.gang) or (
+        reserved = (surging and updating and not work.desired.gang) or (
             row.surge_of is not None and not own) or gang_waiting
         if not extra and not reserved:
             continue
         slots += max(math.ceil(extra / need), 1 if reserved else 0)
-        owned = updating or row.surge_of is not None
+        owned = operation is not None and operation.mode == Mode.SURGE \
+            or updating or row.surge_of is not None
         for pod in extras(work, row, pods, own):
             deadline = P.deletion_deadline(pod)
             if deadline is not None:

@@ -59,6 +59,13 @@ def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
         "services": _versions(observed.services),
         "revisions": _versions(observed.revisions),
         "podgroups": None if observed.podgroups is None else _versions(observed.podgroups),
+        "budgets": None if observed.budgets is None else _versions(observed.budgets),
+        # What a migration reads of the nodes (never their resourceVersion, which every
+        # kubelet heartbeat moves).
+        "nodes": None if observed.nodes is None else {
+            name: node.get("open") or [(node.get("spec") or {}).get("unschedulable"),
+                                       (node.get("spec") or {}).get("taints")]
+            for name, node in observed.nodes.items()},
     }
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str,
                       check_circular=False)

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from omegitops.lifecycle.availability import counts_toward_desired, is_ready
+from omegitops.lifecycle.availability import counts_toward_desired, is_ready, replaced_whole
 from omegitops.lifecycle.converged import CONVERGED_ANNOTATION, fingerprint, unmarked
+from omegitops.lifecycle.migration import budget_pods, plan_migrations
 from omegitops.lifecycle.operations import adopt_orphans, open_create, open_delete
 from omegitops.lifecycle.repairs import (
     RELEASE_ANNOTATION,
@@ -49,7 +50,7 @@ from omegitops.model.state import Hold, Json, Mode, Outcome, Phase, Row, Step, S
 from omegitops.render import pods as P
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.revisions import plan_revisions
-from omegitops.render.services import left_podgroups, plan_services, serving_selector
+from omegitops.render.services import left_podgroups, plan_budget, plan_services, serving_selector
 from omegitops.render.templates import LABEL_COMPONENT, LABEL_ISVC, MANAGED_BY, MANAGER
 
 __all__ = ["DesiredComponent", "ObservedComponent", "Plan", "converged_plan",
@@ -143,6 +144,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
         # An Instance on its way out is not repaired: the teardown removes it whole, and a
         # torn-down component may have lost the templates a rebuild would need.
         plan_repairs(work)
+        plan_migrations(work)
     if count.clamped_from is not None and not desired.teardown:
         _report_clamp(work, count)
     _scale(work)
@@ -159,6 +161,7 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             removed = True
     else:
         work.actions.extend(plan_services(desired, observed.services))
+        work.actions.extend(plan_budget(desired, observed.budgets, budget_pods(work)))
         work.actions.extend(DeleteObject("PodGroup", desired.namespace, name) for name in
                             left_podgroups(desired, observed.podgroups, work.rows, work.groups))
         revisions = plan_revisions(desired, observed.revisions, work.rows.values())
@@ -227,6 +230,8 @@ def teardown_objects(desired: DesiredComponent, observed: ObservedComponent) -> 
                              for name in sorted(observed.services)]
     actions += [DeleteObject("PodGroup", namespace, name)
                 for name in sorted(observed.podgroups or {})]
+    actions += [DeleteObject("PodDisruptionBudget", namespace, name)
+                for name in sorted(observed.budgets or {})]
     actions += [DeleteObject("ControllerRevision", namespace, r["metadata"]["name"])
                 for r in observed.revisions]
     if observed.replica is not None:
@@ -292,13 +297,12 @@ def _scale(work: Work) -> None:
         # just in phase Ready), lowest indices first. A single-pod surge is an Instance
         # like the others here.
         def handing_over(row: Row) -> bool:
-            if not work.desired.gang:
-                return False
             operation = row.operation
-            if operation is not None and operation.mode == Mode.SURGE \
+            if operation is not None and replaced_whole(work, operation) \
                     and operation.step != Step.SURGE_CREATE:
                 return True  # a source, which fills the place until it hands over
-            return row.surge_of in work.rows  # a replacement, which fills it after
+            # a replacement, which fills it after
+            return row.surge_of is not None and row.surge_of in work.rows
 
         def rank(row: Row) -> tuple[bool, bool, int]:
             return (not handing_over(row), not is_ready(work, row), row.index)

@@ -46,6 +46,10 @@ def component_status(work: Work, rows: list[Row], previous: Json,
         since = pods.containers_ready_since()
         if since is not None and now >= since + min_ready:
             available += 1
+        elif since is not None:
+            # Counted once its window ends, whatever else moves then: an Instance with
+            # no operation (a Failed one whose pod came up late) has no step to wake it.
+            work.wake(since + min_ready)
         if pods.serving_pod_count() >= need:
             serving += 1
         if row.revision == desired.revision and row.phase != Phase.DELETING:

@@ -18,6 +18,8 @@ lifecycle/bringup.py):
 (Update, InPlace)     Unroute, PatchImages, WaitReady, WaitAvailable
 (Update, Surge)       SurgeCreate, SurgeWaitReady, SurgeWaitAvailable, HandOver,
                       DrainOld, WaitDrained; side: Abandon
+(Migrate, Surge)      SurgeCreate, SurgeWaitReady, SurgeWaitAvailable, HandOver,
+                      DrainOld, WaitDrained
 ====================  ================================================================
 
 A handler is chosen by (type, mode) here, and each takes the step the operation
@@ -37,6 +39,7 @@ from dataclasses import replace
 
 from omegitops.lifecycle.bringup import ended_pods, fail_operation, recycle_ended, step_restart
 from omegitops.lifecycle.failures import check_instance
+from omegitops.lifecycle.migration import step_migrate
 from omegitops.lifecycle.operations import rest, step_create, step_delete
 from omegitops.lifecycle.retries import may_start
 from omegitops.lifecycle.updates import step_update, surge_failed
@@ -83,6 +86,7 @@ HANDLERS: dict[tuple[OperationType, Mode | None], Callable[[Work, Row], Stepped]
     (OperationType.UPDATE, Mode.DRAIN): step_update,
     (OperationType.UPDATE, Mode.IN_PLACE): step_update,
     (OperationType.UPDATE, Mode.SURGE): step_update,
+    (OperationType.MIGRATE, Mode.SURGE): step_migrate,
 }
 
 
@@ -164,7 +168,8 @@ def _refused_past_deadline(work: Work, row: Row) -> tuple[Row, bool]:
     failure = {"pod": refused.get("pod"), "container": None, "reason": "FailedCreate",
                "exitCode": None, "message": refused.get("message"),
                "time": format_time(work.now)}
-    if operation.mode == Mode.SURGE and not work.desired.gang:
+    if operation.type == OperationType.UPDATE and operation.mode == Mode.SURGE \
+            and not work.desired.gang:
         return surge_failed(work, row, failure, [], []), True
     return fail_operation(work, row, failure), True
 

@@ -262,15 +262,15 @@ def _single_surge_wait_available(work: Work, row: Row, pods: _SurgePods) -> Row:
 
 
 def _single_hand_over(work: Work, row: Row, pods: _SurgePods) -> Row:
-    return _hand_over(work, row, pods.old.live)
+    return hand_over(work, row, pods.old.live)
 
 
 def _single_drain_old(work: Work, row: Row, pods: _SurgePods) -> Row:
-    return _drain_old(work, row, pods.old.pods)
+    return drain_old(work, row, pods.old.pods)
 
 
 def _single_wait_drained(work: Work, row: Row, pods: _SurgePods) -> Row:
-    drained = _wait_drained(work, row, pods.old.pods)
+    drained = wait_drained(work, row, pods.old.pods)
     if drained is not None:
         return drained
     return _finish(work, row.but(ordinal=row.op.ordinal), pods.target)
@@ -302,17 +302,17 @@ def _available(work: Work, pods: list[Json]) -> bool:
 # HandOver, DrainOld, WaitDrained: shared by single pods and gangs.
 
 
-def _hand_over(work: Work, row: Row, live: list[Json]) -> Row:
+def hand_over(work: Work, row: Row, live: list[Json]) -> Row:
     work.route(live, False)
     return row.step_to(Step.DRAIN_OLD, handed_over=True)
 
 
-def _drain_old(work: Work, row: Row, listed: list[Json]) -> Row:
+def drain_old(work: Work, row: Row, listed: list[Json]) -> Row:
     work.delete_unrouted(listed)
     return row.step_to(Step.WAIT_DRAINED)
 
 
-def _wait_drained(work: Work, row: Row, listed: list[Json]) -> Row | None:
+def wait_drained(work: Work, row: Row, listed: list[Json]) -> Row | None:
     """The row while the source's pods go; None once they are gone and the update may
     end."""
     if listed:
@@ -350,7 +350,7 @@ def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
         work.route(live, False)
         return row
     if live:
-        grace = None if row.op.served else _abandon_grace(work)
+        grace = None if row.op.served else abandon_grace(work)
         for pod in live:
             work.delete(pod, grace)
         return row
@@ -374,7 +374,7 @@ def _abandon_single(work: Work, row: Row, mine: list[Json]) -> Row:
     return row.but(operation=None, phase=Phase.READY)
 
 
-def _abandon_grace(work: Work) -> int | None:
+def abandon_grace(work: Work) -> int | None:
     grace = work.settings.abandoned_replacement_grace_period
     return None if grace is None else int(grace)
 
@@ -453,7 +453,7 @@ def surge_failed(work: Work, row: Row, failure: Json, new_live: list[Json],
 # -- SurgeThenDrain, a gang --------------------------------------------------------
 
 
-def _lowest_free_index(work: Work) -> int:
+def lowest_free_index(work: Work) -> int:
     used = set(work.rows) | set(work.groups)
     index = 0
     while index in used:
@@ -470,7 +470,7 @@ def _surge_gang(work: Work, row: Row) -> tuple[Row, Outcome]:
     found = work.rows.get(operation.replacement) if operation.replacement is not None \
         else None
     handed_over = operation.handed_over
-    if found is None or (handed_over and _stopped_serving(work, found)):
+    if found is None or (handed_over and stopped_serving(work, found)):
         lost = work.pods_of(found.index) if found is not None else []
         known = found.last_failure if found is not None else None  # its restart saw why
         if found is not None and found.phase != Phase.DELETING:
@@ -495,7 +495,7 @@ def _gang_surge_create(work: Work, row: Row, target: str) -> Row:
     # until an abandoned replacement of an earlier attempt is gone.
     if any(r.surge_of == row.index for r in work.rows.values()):
         return row
-    index = _lowest_free_index(work)
+    index = lowest_free_index(work)
     replacement = new_row(index, 1, target, Phase.CREATING,
                           work.operation(OperationType.CREATE, Step.CREATE_PODS))
     # The source's earlier attempts steer the replacement they build.
@@ -532,20 +532,20 @@ def _gang_wait_available(work: Work, row: Row, replacement: Row,
 
 def _gang_hand_over(work: Work, row: Row, replacement: Row,
                     source: InstancePods) -> tuple[Row, Outcome]:
-    if _stopped_serving(work, replacement):
+    if stopped_serving(work, replacement):
         # Not handed over yet: the source keeps serving while the replacement recovers.
         return row.step_to(Step.SURGE_WAIT_AVAILABLE), Outcome.KEPT
-    return _hand_over(work, row, source.live), Outcome.KEPT
+    return hand_over(work, row, source.live), Outcome.KEPT
 
 
 def _gang_drain_old(work: Work, row: Row, replacement: Row,
                     source: InstancePods) -> tuple[Row, Outcome]:
-    return _drain_old(work, row, work.pods_of(row.index)), Outcome.KEPT
+    return drain_old(work, row, work.pods_of(row.index)), Outcome.KEPT
 
 
 def _gang_wait_drained(work: Work, row: Row, replacement: Row,
                        source: InstancePods) -> tuple[Row, Outcome]:
-    drained = _wait_drained(work, row, work.pods_of(row.index))
+    drained = wait_drained(work, row, work.pods_of(row.index))
     if drained is not None:
         return drained, Outcome.KEPT
     # The replacement takes the source's place: the source leaves the record.
@@ -566,7 +566,7 @@ GANG_SURGE_STEPS: dict[Step, Callable[[Work, Row, Row, InstancePods],
 }
 
 
-def _stopped_serving(work: Work, replacement: Row) -> bool:
+def stopped_serving(work: Work, replacement: Row) -> bool:
     """Whether a gang's replacement no longer serves, or is about to stop as a whole.
 
     A gang serves only through its leader, so a replacement whose leader is lost has
@@ -594,7 +594,7 @@ def _abandon_gang(work: Work, row: Row, replacement: Row, kind: str, message: st
     served = any(P.gate_set(p) for p in work.pods_of(replacement.index))
     replacement = open_delete(work, replacement, "surge abandoned")
     if not served:
-        replacement = replacement.with_op(abandon_grace=_abandon_grace(work))
+        replacement = replacement.with_op(abandon_grace=abandon_grace(work))
     work.put(replacement)
     return row.but(operation=None, phase=Phase.READY)
 

@@ -35,6 +35,7 @@ class Phase(StrEnum):
     READY = "Ready"
     UPDATING = "Updating"
     RESTARTING = "Restarting"
+    MIGRATING = "Migrating"
     DELETING = "Deleting"
     FAILED = "Failed"
 
@@ -149,6 +150,9 @@ class Operation:
     # A scheduling gate held the pods on the pass at ``held_at``; it ended at ``hold_ended``.
     held_at: str | None = None
     hold_ended: str | None = None
+    # A migration's node it moves the Instance off, and why it does.
+    leaving: str | None = None
+    leaving_why: str | None = None
 
     @classmethod
     def from_storage(cls, stored: Json) -> Operation:
@@ -299,6 +303,8 @@ class OperationChanges(TypedDict, total=False):
     stuck: Mapping[str, str] | None
     held_at: str | None
     hold_ended: str | None
+    leaving: str | None
+    leaving_why: str | None
 
 
 class RowChanges(TypedDict, total=False):
@@ -329,6 +335,7 @@ _OPERATION_KEYS = {
     "handed_over": "handedOver", "served": "served", "fresh": "fresh", "retry": "retry",
     "abandon_grace": "abandonGrace", "overdue": "overdue", "refused": "refused",
     "stuck": "stuck", "held_at": "heldAt", "hold_ended": "holdEnded",
+    "leaving": "leavingNode", "leaving_why": "leavingWhy",
 }
 _ROW_KEYS = {
     "index": "index", "incarnation": "incarnation", "phase": "phase", "revision": "revision",

@@ -23,6 +23,8 @@ class OperationType(StrEnum):
     UPDATE = "Update"
     RESTART = "Restart"
     DELETE = "Delete"
+    # Make-before-break off a node that is going away (lifecycle/migration.py).
+    MIGRATE = "Migrate"
 
 
 class Mode(StrEnum):
@@ -130,6 +132,14 @@ SEQUENCES: dict[tuple[OperationType, Mode | None], Sequence] = {
             Exit((Step.HAND_OVER,), Step.SURGE_WAIT_AVAILABLE,
                  "a gang's replacement stopped serving before the hand-over: the source "
                  "keeps serving while it recovers"))),
+    # A migration builds its replacement as a gang's surge does, at a new index, for a
+    # single pod too, and keeps it off the node it leaves.
+    (OperationType.MIGRATE, Mode.SURGE): Sequence(
+        (Step.SURGE_CREATE, Step.SURGE_WAIT_READY, Step.SURGE_WAIT_AVAILABLE,
+         Step.HAND_OVER, Step.DRAIN_OLD, Step.WAIT_DRAINED), exits=(
+            Exit((Step.HAND_OVER,), Step.SURGE_WAIT_AVAILABLE,
+                 "the replacement stopped serving before the hand-over: the source "
+                 "keeps serving while it recovers"),)),
 }
 
 

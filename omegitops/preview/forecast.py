@@ -104,6 +104,8 @@ def span_label(index: int, operation: Operation, surge_of: int | None = None) ->
         label += f" ({operation.mode.value})"
     if surge_of is not None:
         label += f" replacing {surge_of}"
+    if operation.leaving:
+        label += f" off {operation.leaving}"
     return label
 
 

@@ -470,11 +470,15 @@ def instance_lines(plan: Plan) -> list[dict[str, Any]]:
 
 
 def operation_label(operation: Operation) -> str:
-    """``Update/Surge SurgeCreate``."""
+    """``Update/Surge SurgeCreate``; a migration says which node it leaves and why:
+    ``Migrate/Surge SurgeCreate off node-3 (cordoned)``."""
     kind = operation.type.value
     if operation.mode is not None:
         kind += f"/{operation.mode.value}"
-    return f"{kind} {operation.step.value}"
+    label = f"{kind} {operation.step.value}"
+    if operation.leaving:
+        label += f" off {operation.leaving} ({operation.leaving_why})"
+    return label
 
 
 def component_view(planned: PlannedComponent) -> dict[str, Any]:

@@ -55,3 +55,8 @@ class ObservedComponent:
     revisions: list[Json] = field(default_factory=list)
     services: dict[str, Json] = field(default_factory=dict)
     podgroups: dict[str, Json] | None = None  # None: the PodGroup kind is not installed
+    # The nodes the component's pods run on, by name (None: the nodes could not be
+    # listed, and no migration starts).
+    nodes: dict[str, Json] | None = None
+    # Its PodDisruptionBudget by name, where one is kept (None: not on this cluster).
+    budgets: dict[str, Json] | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import Any
 
-from omegitops.model.actions import ApplyObject
+from omegitops.model.actions import ApplyObject, DeleteObject
 from omegitops.model.state import Json
 from omegitops.render.instance import headless_name
 from omegitops.render.templates import (
@@ -75,6 +75,9 @@ def desired_services(desired: Any) -> list[Json]:
     return services
 
 
+BUDGET_KIND = "PodDisruptionBudget"
+
+
 def plan_services(desired: Any, observed: dict[str, Json]) -> list[ApplyObject]:
     """Create missing Services and put back the fields we own when they drift."""
     actions = []
@@ -128,3 +131,29 @@ def left_podgroups(desired: Any, observed: dict[str, Json] | None, rows: Contain
         if index.isdigit() and int(index) not in rows and not groups.get(int(index)):
             left.append(name)
     return left
+
+
+def plan_budget(desired: Any, observed: dict[str, Json] | None,
+                max_unavailable: int | None) -> list[ApplyObject | DeleteObject]:
+    """The component's PodDisruptionBudget, where the cluster keeps one (``observed``
+    not None): selecting its pods, with ``max_unavailable`` pods (None: no budget, and
+    one left from before goes). A drain's evictions that would take more pods than
+    that down are refused, and the drain tries them again."""
+    if observed is None:
+        return []
+    current = observed.get(desired.name)
+    if max_unavailable is None:
+        return [] if current is None else [DeleteObject(BUDGET_KIND, desired.namespace,
+                                                         desired.name)]
+    spec = {"selector": {"matchLabels": {LABEL_ISVC: desired.isvc,
+                                         LABEL_COMPONENT: desired.component}},
+            "maxUnavailable": max_unavailable}
+    if current is None:
+        return [ApplyObject({
+            "apiVersion": "policy/v1", "kind": BUDGET_KIND,
+            "metadata": {"name": desired.name, "namespace": desired.namespace,
+                         "labels": _labels(desired)},
+            "spec": spec}, exists=False)]
+    if current.get("spec") == spec:
+        return []
+    return [ApplyObject({**current, "spec": spec}, exists=True)]

@@ -51,7 +51,7 @@ from omegitops.manifests.load import Loaded, ServiceComponent, resolved_componen
 from omegitops.manifests.schemas import is_valid, validator
 from omegitops.model.partition import partition_held
 from omegitops.model.replica import decode_rows, encode_rows, replica_name
-from omegitops.model.state import Phase, Row
+from omegitops.model.state import OperationType, Phase, Row
 from omegitops.render.resolve import RUNTIME, RUNTIME_CONFIG, ComponentLifecycle
 from omegitops.render.templates import MANAGED
 from omegitops.report import markdown
@@ -320,6 +320,7 @@ def _unsettled(view: dict, rows: list[Row], staged: bool = False) -> list[str]:
     in_flight = sum(1 for row in rows if row.operation is not None)
     if in_flight:
         reasons.append(f"{in_flight} operation{'s' if in_flight != 1 else ''} in flight")
+    reasons.extend(migrating_texts(rows))
     want = view["desired"]
     lagging = [f"{key} {view[key]}/{want}" for key in ("current", "ready", "available", "updated")
                if view[key] != want and not (staged and key == "updated")]
@@ -354,6 +355,13 @@ def _canary(stored: Any) -> dict | None:
     if not isinstance(stored, dict) or stored.get("done") or "step" not in stored:
         return None
     return {key: stored.get(key) for key in CANARY_FIELDS}
+
+
+def migrating_texts(rows: list[Row]) -> list[str]:
+    """Each migration in flight: which Instance leaves which node, and why."""
+    return [f"Instance {row.index} migrating off node {row.op.leaving} ({row.op.leaving_why})"
+            for row in rows if row.operation is not None
+            and row.operation.type == OperationType.MIGRATE]
 
 
 def _paused(hold: dict | None) -> str | None:

@@ -107,3 +107,14 @@ def test_plan_calls_a_cluster_at_rest_unchanged_before_the_fingerprint_is_record
     code, _, _ = cli("plan", "--repo", str(scenario.repo), "--cluster",
                      f"sim:{scenario.path}", "--detailed-exitcode", "--no-forecast")
     assert code == 0
+
+
+def test_a_cordoned_node_is_seen_at_once(tmp_path, planned):
+    """A cordon changes no object of the component, only its node: the fingerprint
+    holds what a migration reads of the nodes its pods run on."""
+    scenario, _ = settled(tmp_path, replicas=1)
+    scenario.fault("cordon", pod=f"{NAME}-0-default-0")
+    planned.clear()
+    scenario.run_pass()
+    assert planned == ["engine"]
+    assert {r["index"]: r["phase"] for r in scenario.rows(NAME)}[0] == "Migrating"

@@ -45,8 +45,8 @@ def test_rows_and_operations_are_frozen():
 
 @pytest.mark.parametrize(("change", "problem"), [
     ({"phase": "Sleeping"}, "phase: 'Sleeping' is not a phase name"),
-    ({"operation": {"type": "Migrate", "step": "CreatePods"}},
-     "operation.type: 'Migrate' is not an operation type omegitops knows"),
+    ({"operation": {"type": "Teleport", "step": "CreatePods"}},
+     "operation.type: 'Teleport' is not an operation type omegitops knows"),
     ({"operation": {"type": "Create", "step": "Teleport"}},
      "operation.step: 'Teleport' is not an operation step omegitops knows"),
     ({"operation": {"type": "Update", "step": "Unroute", "mode": "Sideways"}},

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegitops.lifecycle import bringup, operations, steps, updates
+from omegitops.lifecycle import bringup, migration, operations, steps, updates
 from omegitops.model.state import Mode, OperationType, Step
 from omegitops.model.steps import SEQUENCES, markdown_table, rst_table
 
@@ -45,6 +45,8 @@ def test_each_step_has_its_function():
         (OperationType.UPDATE, Mode.IN_PLACE): set(updates.IN_PLACE_STEPS),
         (OperationType.UPDATE, Mode.SURGE): set(updates.SINGLE_SURGE_STEPS)
         & ({Step.SURGE_CREATE} | set(updates.GANG_SURGE_STEPS)),
+        # SurgeCreate is step_migrate's own, before the table.
+        (OperationType.MIGRATE, Mode.SURGE): {Step.SURGE_CREATE} | set(migration.MIGRATE_STEPS),
     }
     for key, found in SEQUENCES.items():
         assert set(found.line) <= covered[key], key

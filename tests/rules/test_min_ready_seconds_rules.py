@@ -17,7 +17,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from omegitops.render import pods as P
 from tests.backends import NAME, rows, settled
+from tests.fleet import write_service
+from tests.scenario import Scenario
 
 # -- 13. a pinned service keeps its runtime's lifecycle until the pin moves --------------
 
@@ -69,3 +72,23 @@ def test_a_surge_keeps_the_instance_it_replaces_available(backend, workers):
     scenario.until(lambda s: settled(s) and s.status(NAME)["availableReplicas"] == 2,
                    seconds=180)
     assert not dips, dips
+
+
+def test_a_failed_instance_whose_pod_comes_up_late_counts_available_after_its_window(
+        tmp_path):
+    """min-ready-seconds.txt: an Instance is available once its pods have been ready
+    for minReadySeconds. A Failed Instance has no operation to wake the pass when its
+    late pod's window ends: the status still counts it then, rather than resting on
+    the count of the pass that saw the pod come up."""
+    repo = write_service(tmp_path / "repo", replicas=1,
+                         lifecycle={"minReadySeconds": 20, "instanceReadyTimeout": "1m"})
+    s = Scenario(tmp_path, repo)
+    s.run_pass()
+    pod = f"{NAME}-0-default-0"
+    s.fault("hang", pod=pod)
+    s.until(lambda d: rows(d)[0]["phase"] == "Failed")
+    s.fault("hang", pod=pod, clear=True)
+    s.until(lambda d: P.containers_ready(d.pods(pod)[0]))
+    assert s.status(NAME)["availableReplicas"] == 0
+    s.until(lambda d: d.status(NAME)["availableReplicas"] == 1, max_passes=20)
+    assert rows(s)[0]["phase"] == "Failed"

@@ -32,7 +32,7 @@ from omegitops.cluster import base
 from omegitops.cluster.base import Cluster
 from omegitops.cluster.errors import AlreadyExists, Conflict, Invalid, NotFound, object_id
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, already_counted
-from omegitops.cluster.sim import faults
+from omegitops.cluster.sim import disruption, faults
 from omegitops.cluster.sim.kubelet import Host, PodWorker, new_pod_record
 from omegitops.cluster.sim.podstatus import (
     KUBELET_CONDITIONS,
@@ -59,7 +59,7 @@ CLUSTER_SCOPED = {base.NODE}
 EVENT_TTL_SECONDS = 3600.0
 BASE_KINDS = {
     base.POD, base.NODE, base.EVENT, base.INFERENCE_REPLICA, base.CONTROLLER_REVISION,
-    base.SERVICE,
+    base.SERVICE, base.POD_DISRUPTION_BUDGET,
 }
 TERMINAL = ("Succeeded", "Failed")
 # The label by which the coscheduling plugin finds a pod's PodGroup.
@@ -94,6 +94,7 @@ class SimCluster(Cluster):
     """A simulated cluster kept in one JSON file (``sim:PATH``)."""
 
     poll_seconds = None  # it knows when its next transition is
+    lists_nodes = True
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -258,6 +259,18 @@ class SimCluster(Cluster):
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         pod = self._pod(namespace, name)
         self._delete_pod(pod, grace_seconds)
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """The eviction API: the pod goes with its grace unless a PodDisruptionBudget
+        refuses (``disruption.EvictionRefused``)."""
+        pod = self._pod(namespace, name)
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        budgets = list(self._objects.get(base.POD_DISRUPTION_BUDGET, {}).values())
+        why = disruption.refusal(budgets, pod, list(self._objects[base.POD].values()))
+        if why is not None:
+            raise disruption.EvictionRefused(f"{object_id('Pod', namespace, name)}: {why}")
+        self._delete_pod(pod, None)
 
     def set_pod_condition(self, namespace: str, name: str, type: str, status: bool,
                           reason: str = "", message: str = "", seen: dict | None = None) -> dict:
@@ -739,6 +752,7 @@ class SimCluster(Cluster):
             upcoming = self._notice_silence(name, nrec)
             self._note_taints(name, nrec)
             upcoming += self._evict_untolerated(name, nrec)
+            upcoming += self._drain(name, nrec)
             self._collect_out_of_service(name)
         if name in self._sim["nodes"]:
             nrec["next"] = min(upcoming, default=None)
@@ -793,6 +807,25 @@ class SimCluster(Cluster):
             else:
                 upcoming.append(min(times))
         return upcoming
+
+    def _drain(self, name: str, nrec: dict) -> list[float]:
+        """``kubectl drain`` at work on the node: each pod left is evicted, a refused one
+        tried again in five seconds; once none is left the drain is over."""
+        if nrec.get("draining") is None:
+            return []
+        refused = False
+        for pod in self._pods_on(name):
+            meta = pod["metadata"]
+            try:
+                self.evict_pod(meta["namespace"], meta["name"])
+            except disruption.EvictionRefused:
+                refused = True
+        if refused:
+            return [self._clock + disruption.DRAIN_RETRY_SECONDS]
+        if not [p for p in self._pods_on(name) if not p["metadata"].get("deletionTimestamp")]:
+            nrec["drained"] = self._clock
+            nrec["draining"] = None
+        return []
 
     def _collect_out_of_service(self, name: str) -> None:
         """PodGC force-deletes the terminating pods of a NotReady node tainted out-of-service

@@ -29,6 +29,18 @@ node-removed   the pod's node (or ``--node``) is gone: it stops reporting   no
                lifecycle controller does; 40 s later (PodGC's quarantine)
                PodGC force-deletes every pod bound to it, terminating or not
 hang           the container keeps running but its readiness probe fails    yes
+cordon         the pod's node (or ``--node``) is cordoned, as ``kubectl     yes
+               cordon`` does: spec.unschedulable. Its pods stay; clearing
+               uncordons it
+taint          the pod's node (or ``--node``) gets the NoExecute taint      yes
+               ``omegitops.io/maintenance=true`` (a GPU health checker's,
+               say): the taint manager deletes the pods that do not
+               tolerate it, the others after their tolerationSeconds;
+               clearing removes it
+drain          ``kubectl drain`` of the pod's node (or ``--node``): it is    yes
+               cordoned and its pods evicted through the eviction API; one
+               a PodDisruptionBudget refuses is tried again every 5 s until
+               none is left. Clearing stops the drain and uncordons the node
 =============  ===========================================================  ==========
 
 Pod faults are kept by pod uid in the simulator's bookkeeping, so a new pod
@@ -66,10 +78,15 @@ class FaultKind(StrEnum):
     NODE_DOWN = "node-down"
     NODE_REMOVED = "node-removed"
     HANG = "hang"
+    CORDON = "cordon"
+    TAINT = "taint"
+    DRAIN = "drain"
 
 
 ONE_SHOT = {FaultKind.OOM, FaultKind.EVICT, FaultKind.NODE_REMOVED}
-NODE_FAULTS = {FaultKind.NODE_DOWN, FaultKind.NODE_REMOVED}
+NODE_FAULTS = {FaultKind.NODE_DOWN, FaultKind.NODE_REMOVED, FaultKind.CORDON, FaultKind.TAINT,
+               FaultKind.DRAIN}
+MAINTENANCE_TAINT = {"key": "omegitops.io/maintenance", "value": "true", "effect": "NoExecute"}
 
 
 def apply(sim: SimCluster, kind: str, *, pod: str | None, namespace: str | None,
@@ -173,6 +190,8 @@ def _cordon_all(sim: SimCluster, clear: bool) -> str:
 def _node_fault(sim: SimCluster, fault: FaultKind, name: str, clear: bool) -> str:
     if name not in sim._objects[base.NODE]:
         raise NotFound(f"Node/{name} not found")
+    if fault in (FaultKind.CORDON, FaultKind.TAINT, FaultKind.DRAIN):
+        return _mark_node(sim, fault, name, clear)
     if fault is FaultKind.NODE_REMOVED:
         sim._remove_node(name)
         return (f"node {name} removed; PodGC deletes its pods in {nodes.PODGC_QUARANTINE} s")
@@ -181,3 +200,23 @@ def _node_fault(sim: SimCluster, fault: FaultKind, name: str, clear: bool) -> st
         return f"node {name} reports again"
     sim._node_goes_down(name)
     return f"node {name} stopped reporting"
+
+
+def _mark_node(sim: SimCluster, fault: FaultKind, name: str, clear: bool) -> str:
+    """Cordon one node, or taint it for maintenance (or undo it): it keeps reporting."""
+    node = sim._objects[base.NODE][name]
+    if fault in (FaultKind.CORDON, FaultKind.DRAIN):
+        nodes.set_cordoned(node, not clear)
+        done = "uncordoned" if clear else "cordoned"
+        if fault is FaultKind.DRAIN:
+            sim._sim["nodes"][name]["draining"] = None if clear else sim._clock
+            done = "no longer drained" if clear else "draining"
+    else:
+        key = MAINTENANCE_TAINT["key"]
+        taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != key]
+        node["spec"]["taints"] = taints if clear else [*taints, dict(MAINTENANCE_TAINT)]
+        done = f"{'untainted' if clear else 'tainted'} {key}:NoExecute"
+    sim._bump(node)
+    sim._sim["schedulerDirty"] = True
+    sim._process_node(name)
+    return f"node {name} {done}"

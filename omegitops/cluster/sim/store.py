@@ -13,7 +13,8 @@ State layout (``version`` 1)::
         "pods": {uid: record},                # kubelet and scheduler state per pod
         "nodes": {name: {"images": {image: readyAt}, "downSince": t | null,
                          "lost": bool, "noExecuteSince": {taint key: t},
-                         "removed": t}},          # kept after the Node until PodGC ran
+                         "removed": t,        # kept after the Node until PodGC ran
+                         "draining": t, "drained": t}},  # the drain fault
         "faults": {"pods": {uid: {...}}, "images": [...], "cordoned": [...]},
         "schedulerDirty": false
       }
@@ -119,7 +120,7 @@ _METADATA = {"namespace": str, "labels": dict, "annotations": dict, "uid": str}
 _COUNTERS = {"uid": int, "ip": int, "event": int}
 _SETTINGS = {"pullSeconds": _NUMBER}
 _NODE_RECORD = {"images": dict, "downSince": _TIME, "next": _TIME, "lost": bool,
-                "noExecuteSince": dict, "removed": _TIME}
+                "noExecuteSince": dict, "removed": _TIME, "draining": _TIME, "drained": _TIME}
 _FAULTS = {"pods": dict, "images": list, "cordoned": list}
 _POD_RECORD = {"node": (str, type(None)), "tried": bool, "message": str,
                "ip": (str, type(None)), "startTime": _TIME, "init": int, "inits": list,
