@@ -71,7 +71,8 @@ class KubeCluster(Cluster):
     """A real cluster through the official ``kubernetes`` client.
 
     ``context`` names a kubeconfig context (None: the current one, else the
-    in-cluster service account); ``api_client`` replaces all that with a ready
+    in-cluster service account), in ``kubeconfig`` when given (kubectl's
+    ``--kubeconfig``), else ``$KUBECONFIG``; ``api_client`` replaces all that with a ready
     client (tests, proxies). ``lease=False`` skips the one-run-at-a-time Lease
     (read-only commands). ``retry`` and ``timeout`` tune the transport.
     """
@@ -82,10 +83,11 @@ class KubeCluster(Cluster):
                  lease: bool = True, lease_namespace: str | None = None,
                  lease_name: str = LEASE_NAME,
                  lease_seconds: int = DEFAULT_DURATION_SECONDS,
-                 retry: RetryPolicy | None = None, timeout: float = 30.0) -> None:
+                 retry: RetryPolicy | None = None, timeout: float = 30.0,
+                 kubeconfig: str | None = None) -> None:
         self.context = context
         self._own_client = api_client is None
-        self.api_client = api_client if api_client is not None else connect(context)
+        self.api_client = api_client if api_client is not None else connect(context, kubeconfig)
         self.rest = Rest(self.api_client, retry=retry, timeout=timeout)
         self.lease = Lease(self.rest, lease_namespace, name=lease_name,
                            duration_seconds=lease_seconds) if lease else None
