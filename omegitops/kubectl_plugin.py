@@ -337,3 +337,9 @@ def run_rollout_status(args: argparse.Namespace) -> int:
     with opened(args) as cluster:
         return rollout.follow(cluster, namespace, args.isvc, args.component,
                               watch=args.watch, timeout=args.timeout, output=args.output)
+
+
+if __name__ == "__main__":  # python -m omegitops.kubectl_plugin: krew's launcher
+    import sys
+
+    sys.exit(main())
