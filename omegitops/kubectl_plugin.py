@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -177,10 +178,16 @@ def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
                 _no_abbreviations(child)
 
 
+def _bare_booleans(argv: list[str]) -> list[str]:
+    """kubectl's booleans take a value only after ``=``: a bare ``-w`` is true, and the
+    word after it (``-w svc``) is not its value."""
+    return ["--watch=true" if arg in ("-w", "--watch") else arg for arg in argv]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_bare_booleans(sys.argv[1:] if argv is None else argv))
     except SystemExit as exit_:  # a usage error (2), or --help (0)
         return exit_.code if isinstance(exit_.code, int) else 2
     _tolerant_output()
@@ -217,12 +224,15 @@ def namespace_of(args: argparse.Namespace) -> str:
 
 
 @contextmanager
-def opened(args: argparse.Namespace) -> Iterator[Any]:
-    """The cluster of the kubeconfig context, read-only (no Lease: a job may be running)."""
+def opened(args: argparse.Namespace, namespace: str | None) -> Iterator[Any]:
+    """The cluster of the kubeconfig context, without the run's Lease (a job may be
+    running); its lists read ``namespace`` alone (None: every one), so that a Role
+    there is all a person needs."""
     require("kubernetes", PROG)
     from omegitops.cluster.kube import KubeCluster
 
     with KubeCluster(args.context, lease=False, kubeconfig=args.kubeconfig) as cluster:
+        cluster.list_namespace = namespace
         yield cluster
 
 
@@ -247,7 +257,7 @@ def _no_output(args: argparse.Namespace, verb: str) -> None:
 def run_list(args: argparse.Namespace) -> int:
     labels = selector_labels(args.selector)
     namespace = None if args.all_namespaces else namespace_of(args)
-    with opened(args) as cluster:
+    with opened(args, namespace) as cluster:
         if args.isvc and namespace and labels is None:
             instance.show_list(cluster, namespace, args.isvc, args.component or "engine",
                                args.output or "table")
@@ -293,7 +303,7 @@ def _print_many(found: list[tuple[dict, list[dict]]], output: str | None,
 
 def run_status(args: argparse.Namespace) -> int:
     namespace = _one_object(args, "instance status")
-    with opened(args) as cluster:
+    with opened(args, namespace) as cluster:
         instance.show_status(cluster, namespace, args.isvc, args.component, args.index,
                              args.output or "table")
     return 0
@@ -311,7 +321,7 @@ def _by(args: argparse.Namespace) -> str:
 def run_pause(args: argparse.Namespace) -> int:
     namespace = _one_object(args, "rollout pause")
     _no_output(args, "rollout pause")
-    with opened(args) as cluster:
+    with opened(args, namespace) as cluster:
         print(rollout.pause(cluster, namespace, args.isvc, args.component, _by(args)))
     return 0
 
@@ -319,7 +329,7 @@ def run_pause(args: argparse.Namespace) -> int:
 def run_resume(args: argparse.Namespace) -> int:
     namespace = _one_object(args, "rollout resume")
     _no_output(args, "rollout resume")
-    with opened(args) as cluster:
+    with opened(args, namespace) as cluster:
         print(rollout.resume(cluster, namespace, args.isvc, args.component))
     return 0
 
@@ -327,19 +337,17 @@ def run_resume(args: argparse.Namespace) -> int:
 def run_promote(args: argparse.Namespace) -> int:
     namespace = _one_object(args, "rollout promote")
     _no_output(args, "rollout promote")
-    with opened(args) as cluster:
+    with opened(args, namespace) as cluster:
         print(rollout.promote(cluster, namespace, args.isvc, args.component, _by(args)))
     return 0
 
 
 def run_rollout_status(args: argparse.Namespace) -> int:
     namespace = _one_object(args, "rollout status")
-    with opened(args) as cluster:
+    with opened(args, namespace) as cluster:
         return rollout.follow(cluster, namespace, args.isvc, args.component,
                               watch=args.watch, timeout=args.timeout, output=args.output)
 
 
 if __name__ == "__main__":  # python -m omegitops.kubectl_plugin: krew's launcher
-    import sys
-
     sys.exit(main())

@@ -104,3 +104,42 @@ def test_rollout_pause_status_resume(kubectl):
     kubectl.scenario.until(settled, seconds=300)
     assert kubectl("ome", "rollout", "status", "svc", "--timeout", "30s").splitlines()[-1] == (
         f"rollout of svc (engine) in {namespace} successfully rolled out")
+
+
+def test_a_role_in_the_namespace_is_all_it_needs(kubectl, control_plane, tmp_path):
+    """A person whose Role grants the namespace alone (no ClusterRole): the lists read
+    that namespace, not the cluster's."""
+    namespace = kubectl.scenario.namespace
+    control_plane.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": "oncall", "namespace": namespace}})
+    control_plane.apply({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "ome-oncall", "namespace": namespace},
+        "rules": [{"apiGroups": ["ome.io"], "resources": ["inferencereplicas"],
+                   "verbs": ["get", "list", "update"]},
+                  {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]}]})
+    control_plane.apply({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "ome-oncall", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "ome-oncall"},
+        "subjects": [{"kind": "ServiceAccount", "name": "oncall", "namespace": namespace}]})
+    config = control_plane.service_account_kubeconfig(namespace, "oncall")
+    env = {**control_plane.env(config),
+           "PATH": f"{_plugin_folder(tmp_path / 'own-plugins')}:/usr/bin:/bin"}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(control_plane.kubectl), "ome", *args], env=env, text=True,
+                              capture_output=True, timeout=120, check=False)
+
+    listed = run("instance", "list", "svc")
+    assert listed.returncode == 0, listed.stderr
+    assert len(listed.stdout.splitlines()) == 3
+    shown = run("instance", "status", "svc", "0")
+    assert shown.returncode == 0 and "Instance:      0" in shown.stdout, shown.stderr
+    paused = run("rollout", "pause", "svc", "--by", "oncall")
+    assert paused.returncode == 0 and "paused by oncall" in paused.stdout, paused.stderr
+    assert run("rollout", "resume", "svc").returncode == 0
+    # Across namespaces is the cluster's to grant: the API server's refusal, exit 1.
+    across = run("instance", "list", "-A")
+    assert across.returncode == 1 and "forbidden" in across.stderr.lower(), across.stderr

@@ -80,6 +80,12 @@ def test_global_flags_before_the_verb_are_kept():
     assert (args.namespace, args.watch, args.timeout) == ("ns", False, 300.0)
 
 
+def test_a_bare_watch_flag_takes_no_value(on_sim, capsys):
+    """``-w svc``: as kubectl, -w is true and svc the name."""
+    assert plugin.main(["rollout", "status", "-w", "svc", "-n", "demo"]) == 0
+    assert "successfully rolled out" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv", [
     ["instance", "status", "svc", "0", "-A"],
     ["rollout", "pause", "svc", "-l", "a=b"],
@@ -119,7 +125,7 @@ def on_sim(tmp_path, monkeypatch):
     scenario, _change = converged(tmp_path, replicas=2)
 
     @contextmanager
-    def opened(_args):
+    def opened(_args, _namespace):
         with SimCluster(scenario.path) as cluster:
             yield cluster
 
