@@ -14,7 +14,7 @@ from typing import Any
 
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.base import INFERENCE_REPLICA
-from omegitops.commands.common import print_json, table
+from omegitops.commands.common import print_json, print_yaml, table
 from omegitops.commands.events import events_table
 from omegitops.model.replica import replica_name
 from omegitops.render.pods import ordinal_of, pod_row, runner_of
@@ -60,7 +60,7 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--namespace", required=True)
     parser.add_argument("--component", choices=COMPONENTS, default="engine")
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER)
-    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
 
 
 # -- reading ------------------------------------------------------------------
@@ -116,14 +116,20 @@ def operation_text(operation: dict | None) -> str:
 # -- list ---------------------------------------------------------------------
 
 
+LIST_HEADERS = ("IDX/INC", "PHASE", "REVISION", "PODS", "SERVING", "OPERATION")
+
+
+def list_cells(row: dict) -> tuple:
+    """One Instance's line of the list."""
+    return (f"{row['index']}/{row['incarnation']}", row["phase"], row["revision"] or "-",
+            f"{ready_pods(row)}/{len(row['pods'])}", serving_pod_count(row),
+            operation_text(row["operation"]))
+
+
 def list_table(rows: list[dict]) -> str:
     if not rows:
         return "No Instances found."
-    headers = ("IDX/INC", "PHASE", "REVISION", "PODS", "SERVING", "OPERATION")
-    lines = [(f"{r['index']}/{r['incarnation']}", r["phase"], r["revision"] or "-",
-              f"{ready_pods(r)}/{len(r['pods'])}", serving_pod_count(r),
-              operation_text(r["operation"])) for r in rows]
-    return table(headers, lines)
+    return table(LIST_HEADERS, [list_cells(r) for r in rows])
 
 
 def live_rows(cluster: Any, replica: dict, namespace: str, isvc: str,
@@ -153,13 +159,20 @@ def _live_pods(live: list[dict]) -> list[dict]:
 
 def run_list(args: argparse.Namespace) -> int:
     with open_cluster(args.cluster, exclusive=False) as cluster:
-        replica = read_replica(cluster, args.namespace, args.isvc, args.component)
-        rows = live_rows(cluster, replica, args.namespace, args.isvc, args.component)
-    if args.output == "json":
+        show_list(cluster, args.namespace, args.isvc, args.component, args.output)
+    return 0
+
+
+def show_list(cluster: Any, namespace: str, isvc: str, component: str, output: str) -> None:
+    """Print one component's Instances, a line each (``table``) or as ``json``/``yaml``."""
+    replica = read_replica(cluster, namespace, isvc, component)
+    rows = live_rows(cluster, replica, namespace, isvc, component)
+    if output == "json":
         print_json(rows)
+    elif output == "yaml":
+        print_yaml(rows)
     else:
         print(list_table(rows))
-    return 0
 
 
 # -- status -------------------------------------------------------------------
@@ -231,14 +244,23 @@ def status_text(replica: dict, row: dict, events: list[dict], now: datetime) -> 
 
 def run_status(args: argparse.Namespace) -> int:
     with open_cluster(args.cluster, exclusive=False) as cluster:
-        replica = read_replica(cluster, args.namespace, args.isvc, args.component)
-        rows = live_rows(cluster, replica, args.namespace, args.isvc, args.component)
-        events = managed_events(cluster)
-        now = cluster.now()
-    row = find_row(rows, replica, args.index)
-    events = instance_events(events, args.namespace, args.isvc, args.component, args.index)
-    if args.output == "json":
+        show_status(cluster, args.namespace, args.isvc, args.component, args.index,
+                    args.output)
+    return 0
+
+
+def show_status(cluster: Any, namespace: str, isvc: str, component: str, index: int,
+                output: str) -> None:
+    """Print one Instance: its operation, last failure, pods and warning events."""
+    replica = read_replica(cluster, namespace, isvc, component)
+    rows = live_rows(cluster, replica, namespace, isvc, component)
+    events = managed_events(cluster)
+    now = cluster.now()
+    row = find_row(rows, replica, index)
+    events = instance_events(events, namespace, isvc, component, index)
+    if output == "json":
         print_json({**row, "events": events})
+    elif output == "yaml":
+        print_yaml({**row, "events": events})
     else:
         print(status_text(replica, row, events, now))
-    return 0

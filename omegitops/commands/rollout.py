@@ -1,7 +1,8 @@
-"""``omegitops rollout pause|resume|promote``: stop a component's rollout on the
+"""``omegitops rollout pause|resume|promote|status``: stop a component's rollout on the
 cluster, let it go on (update-strategies.txt "Pause and resume a rollout";
 min-ready-seconds.txt: "hold a rollout in progress with the alpha kubectl ome rollout
-pause action, and continue it with resume"), and end a canary step's pause.
+pause action, and continue it with resume"), end a canary step's pause, and follow
+the rollout to its end as ``kubectl rollout status`` follows a Deployment's.
 
 ``promote`` records the canary step it ends (the target revision and the step number the
 InferenceReplica's ``status.canary`` shows) in the ``ome.io/rollout-promote``
@@ -19,13 +20,19 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
 from omegitops.cluster.errors import Conflict
+from omegitops.commands.common import print_json, print_yaml
 from omegitops.commands.instance import COMPONENTS, read_replica
 from omegitops.lifecycle.canary import PROMOTE_ANNOTATION, promotion, promotion_value
 from omegitops.lifecycle.pause import PAUSE_ANNOTATION, annotation_value, cluster_pause
+from omegitops.model.durations import DurationError, parse_duration
 from omegitops.util.errors import OmegitopsError
 from omegitops.util.times import format_time
 
@@ -50,9 +57,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     promote.add_argument("--by", default=None,
                          help="who promotes it, as the status shows (default: the login name)")
     promote.set_defaults(func=run_promote)
+    status = verbs.add_parser("status", help="the rollout's progress; waits for its end")
+    _common_args(status)
+    add_status_args(status)
+    status.add_argument("-o", "--output", choices=["json", "yaml"], default=None,
+                        help="the last look as a document (default: lines of progress)")
+    status.set_defaults(func=run_status)
+
+
+def add_status_args(parser: argparse.ArgumentParser) -> None:
+    """``rollout status``'s own options, as ``kubectl rollout status`` has them."""
+    parser.add_argument("-w", "--watch", type=flag, nargs="?", const=True, default=True,
+                        metavar="BOOL",
+                        help="wait for the rollout to end (default true); --watch=false "
+                             "prints the progress once and exits 0")
+    parser.add_argument("--timeout", type=timeout, default=0.0, metavar="DURATION",
+                        help="how long to wait (90s, 5m; default 0: for ever); past it, "
+                             "exit 1")
+
+
+def flag(text: str) -> bool:
+    """An argparse type: kubectl's booleans (``--watch=false``)."""
+    value = text.strip().lower()
+    if value in ("true", "t", "1", "yes"):
+        return True
+    if value in ("false", "f", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+def timeout(text: str) -> float:
+    """An argparse type: a Go duration (``5m``), or a bare number of seconds."""
+    try:
+        seconds = float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text)
+    except DurationError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a timeout is not negative")
+    return seconds
 
 
 def _common_args(parser: argparse.ArgumentParser) -> None:
+    """The component's options; ``omegitops`` needs the namespace, ``kubectl ome``
+    takes its context's."""
     parser.add_argument("isvc", metavar="NAME", help="the InferenceService")
     parser.add_argument("-n", "--namespace", required=True)
     parser.add_argument("-c", "--component", choices=COMPONENTS, default="engine")
@@ -159,3 +206,120 @@ def run_resume(args: argparse.Namespace) -> int:
     with open_cluster(args.cluster, exclusive=False) as cluster:
         print(resume(cluster, args.namespace, args.isvc, args.component))
     return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    with open_cluster(args.cluster, exclusive=False) as cluster:
+        # Nothing moves on sim: between two passes: one look is all there is.
+        watch = args.watch and cluster.poll_seconds is not None
+        return follow(cluster, args.namespace, args.isvc, args.component, watch=watch,
+                      timeout=args.timeout, output=getattr(args, "output", None))
+
+
+# -- status -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A rollout's counts as the InferenceReplica's status has them, and what holds it."""
+
+    name: str  # "svc (engine) in demo"
+    observed: bool  # the status is about the spec as it is now
+    desired: int
+    current: int
+    updated: int
+    ready: int
+    available: int
+    hold: dict[str, Any] | None
+
+    @property
+    def done(self) -> bool:
+        return (self.observed and self.updated >= self.desired
+                and self.current <= self.updated and self.available >= self.desired)
+
+    def line(self) -> str:
+        """One line, as ``kubectl rollout status`` words a Deployment's."""
+        waiting = f"Waiting for rollout of {self.name} to finish: "
+        if not self.observed:
+            return f"Waiting for the rollout of {self.name} to be observed by the next pass..."
+        if self.updated < self.desired:
+            return (f"{waiting}{self.updated} out of {self.desired} new Instances have "
+                    "been updated...")
+        if self.current > self.updated:
+            return (f"{waiting}{self.current - self.updated} old Instances are pending "
+                    "termination...")
+        if self.available < self.desired:
+            return (f"{waiting}{self.available} of {self.updated} updated Instances are "
+                    "available...")
+        return f"rollout of {self.name} successfully rolled out"
+
+    def hold_line(self) -> str | None:
+        """What holds the rollout, and what ends it (``status.rolloutHold``)."""
+        if not self.hold:
+            return None
+        by = f" by {self.hold['by']}" if self.hold.get("by") else ""
+        since = f" since {self.hold['since']}" if self.hold.get("since") else ""
+        return f"  held ({self.hold.get('gate')}{by}{since}): {self.hold.get('reason')}"
+
+    def document(self) -> dict[str, Any]:
+        """``-o json|yaml``."""
+        return {"name": self.name, "observed": self.observed, "desired": self.desired,
+                "current": self.current, "updated": self.updated, "ready": self.ready,
+                "available": self.available, "rolloutHold": self.hold, "done": self.done}
+
+
+def progress(replica: dict, name: str) -> Progress:
+    """The rollout of one InferenceReplica, from its spec and its status."""
+    meta = replica.get("metadata") or {}
+    spec = replica.get("spec") or {}
+    status = replica.get("status") or {}
+    generation = meta.get("generation")
+    observed = status.get("observedGeneration")
+    revision = spec.get("revision")
+    seen = (generation is None or observed is None or observed >= generation) and (
+        not revision or not status.get("updateRevision")
+        or status["updateRevision"] == revision)
+    hold = status.get("rolloutHold")
+    return Progress(name=name, observed=bool(status) and seen,
+                    desired=int(spec.get("replicas") or 0),
+                    current=int(status.get("replicas") or 0),
+                    updated=int(status.get("updatedReplicas") or 0),
+                    ready=int(status.get("readyReplicas") or 0),
+                    available=int(status.get("availableReplicas") or 0),
+                    hold=hold if isinstance(hold, dict) else None)
+
+
+def follow(cluster: Any, namespace: str, isvc: str, component: str, *, watch: bool,
+           timeout: float, output: str | None = None, interval: float = 1.0,
+           clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> int:
+    """Print the rollout's progress, each new line once, until it is done (exit 0), or
+    once without ``watch`` (exit 0 too, as kubectl's --watch=false), or until
+    ``timeout`` seconds (0: none) have passed (exit 1)."""
+    deadline = clock() + timeout if timeout else None
+    name = f"{isvc} ({component}) in {namespace}"
+    said: list[str] = []
+    while True:
+        found = progress(read_replica(cluster, namespace, isvc, component), name)
+        if output is None:
+            for line in (found.line(), found.hold_line()):
+                if line and line not in said[-2:]:
+                    print(line, flush=True)
+                    said.append(line)
+        if found.done or not watch:
+            break
+        if deadline is not None and clock() >= deadline:
+            _print_document(found, output)
+            print("error: timed out waiting for the rollout of "
+                  f"{name} to finish", file=sys.stderr)
+            return 1
+        sleep(interval if deadline is None else max(0.0, min(interval, deadline - clock())))
+    _print_document(found, output)
+    return 0
+
+
+def _print_document(found: Progress, output: str | None) -> None:
+    if output == "json":
+        print_json(found.document())
+    elif output == "yaml":
+        print_yaml(found.document())

@@ -3,11 +3,14 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes),
 # etcd (go.etcd.io/etcd/server/v3) and KWOK (sigs.k8s.io/kwok), and the real
 # node's kubelet and kube-proxy (the same k8s.io/kubernetes), all from the Go
-# module proxy, at the versions go.mod and go.sum beside this script pin.
+# module proxy, at the versions go.mod and go.sum beside this script pin; and
+# kubectl from the same k8s.io/kubernetes, for the `kubectl ome` plugin's tests.
 #
 # The binaries go to a cache keyed by go.sum, so a machine builds them once:
 #   ${OMEGITOPS_CONTROLPLANE_CACHE:-~/.cache/omegitops/controlplane}/<go.sum hash>/bin
-# The last line printed is that bin folder. Nothing is rebuilt when it is complete.
+# The last line printed is that bin folder. Nothing is rebuilt when it is complete;
+# kubectl, added later, is built on its own into the same folder when it alone is
+# missing, so a cache made before it is kept.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${OMEGITOPS_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/omegitops/controlplane}"
@@ -25,17 +28,40 @@ complete() {
   for name in "${binaries[@]}"; do [ -x "$bin/$name" ] || return 1; done
 }
 
+# The machine's Go, also where a non-login shell has not put it on PATH.
+need_go() {
+  if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
+    PATH="/usr/local/go/bin:$PATH"
+  fi
+  command -v go >/dev/null || { echo "control plane: go is not on PATH" >&2; exit 1; }
+}
+
+# kubectl (k8s.io/kubernetes/cmd/kubectl) needs modules the control plane does not
+# (k8s.io/cli-runtime, heredoc, ...), whose go.sum lines are not in the pinned go.sum:
+# they are resolved in a scratch copy of the module, from the same requirements and
+# replacements, so go.mod and go.sum (the cache's key) stay as they are.
+build_kubectl() {
+  need_go
+  local scratch
+  scratch="$(mktemp -d "$cache/$key/kubectl.XXXXXX")"
+  trap 'rm -rf "$scratch"' EXIT
+  cp "$here/go.mod" "$here/go.sum" "$scratch/"
+  echo "control plane: building kubectl ($(go version | cut -d' ' -f3))" >&2
+  (cd "$scratch" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags='-s -w' \
+    -o "$scratch/kubectl" k8s.io/kubernetes/cmd/kubectl)
+  mv "$scratch/kubectl" "$bin/kubectl"
+  rm -rf "$scratch"
+  trap - EXIT
+}
+
 if complete; then
+  [ -x "$bin/kubectl" ] || build_kubectl
   echo "control plane: cached in $bin" >&2
   echo "$bin"
   exit 0
 fi
 
-# The machine's Go, also where a non-login shell has not put it on PATH.
-if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
-  PATH="/usr/local/go/bin:$PATH"
-fi
-command -v go >/dev/null || { echo "control plane: go is not on PATH" >&2; exit 1; }
+need_go
 mkdir -p "$cache/$key"
 tmp="$(mktemp -d "$cache/$key/build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
@@ -55,5 +81,6 @@ CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" go.etcd.io/etcd
 rm -rf "$bin"
 mv "$tmp" "$bin"
 trap - EXIT
+build_kubectl
 echo "control plane: built in $(( $(date +%s) - start )) s into $bin" >&2
 echo "$bin"

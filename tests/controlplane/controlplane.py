@@ -454,6 +454,12 @@ class ControlPlane(Supervisor):
         return self.pki / f"{name}.crt", self.pki / f"{name}.key"
 
     @property
+    def kubectl(self) -> Path:
+        """The kubectl of the same Kubernetes release, built beside the control plane
+        (``build.sh``): what a person runs, plugins (``kubectl ome``) included."""
+        return self.bin_dir / "kubectl"
+
+    @property
     def ca_bundle(self) -> str:
         """The cluster CA, base64, as an APIService's or a webhook's caBundle."""
         return base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()

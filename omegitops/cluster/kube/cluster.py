@@ -71,7 +71,8 @@ class KubeCluster(Cluster):
     """A real cluster through the official ``kubernetes`` client.
 
     ``context`` names a kubeconfig context (None: the current one, else the
-    in-cluster service account); ``api_client`` replaces all that with a ready
+    in-cluster service account), in ``kubeconfig`` when given (kubectl's
+    ``--kubeconfig``), else ``$KUBECONFIG``; ``api_client`` replaces all that with a ready
     client (tests, proxies). ``lease=False`` skips the one-run-at-a-time Lease
     (read-only commands). ``retry`` and ``timeout`` tune the transport.
     """
@@ -82,10 +83,11 @@ class KubeCluster(Cluster):
                  lease: bool = True, lease_namespace: str | None = None,
                  lease_name: str = LEASE_NAME,
                  lease_seconds: int = DEFAULT_DURATION_SECONDS,
-                 retry: RetryPolicy | None = None, timeout: float = 30.0) -> None:
+                 retry: RetryPolicy | None = None, timeout: float = 30.0,
+                 kubeconfig: str | None = None) -> None:
         self.context = context
         self._own_client = api_client is None
-        self.api_client = api_client if api_client is not None else connect(context)
+        self.api_client = api_client if api_client is not None else connect(context, kubeconfig)
         self.rest = Rest(self.api_client, retry=retry, timeout=timeout)
         self.lease = Lease(self.rest, lease_namespace, name=lease_name,
                            duration_seconds=lease_seconds) if lease else None
@@ -97,6 +99,10 @@ class KubeCluster(Cluster):
         self._reviewed: dict[str, list[str]] = {}
         self._service_status_dropped = False  # the CRD prunes status.components.*.lifecycle
         self.page_size = PAGE_SIZE
+        # Lists of namespaced kinds in this namespace alone, None: across all of them. A
+        # person's command about one namespace (kubectl ome) asks no more than a Role
+        # there grants.
+        self.list_namespace: str | None = None
         self.watches: Watches | None = None  # once watch() is called
         self._watches_lock = threading.Lock()
 
@@ -318,8 +324,8 @@ class KubeCluster(Cluster):
     def list_objects(self, kind: str, labels: dict[str, str] | None = None,
                      fields: dict[str, str] | None = None,
                      transform: Callable[[dict], dict] | None = None) -> list[dict]:
-        """One LIST of the kind across all namespaces, filtered by the API server, read
-        in pages of ``PAGE_SIZE``.
+        """One LIST of the kind across all namespaces (or in ``list_namespace``), filtered
+        by the API server, read in pages of ``PAGE_SIZE``.
 
         Pages keep each answer small enough for the read timeout (8,000 pods are 25 MB
         in one piece). A continue token the server no longer honours (410 Expired: the
@@ -367,7 +373,7 @@ class KubeCluster(Cluster):
             query = {"labelSelector": label_selector(labels),
                      "fieldSelector": label_selector(fields), "limit": self.page_size,
                      "continue": token}
-            found = self.rest.request("GET", resource.path(), query=query,
+            found = self.rest.request("GET", resource.path(self.list_namespace), query=query,
                                       what=f"{resource.kind} list", counted_as="lists")
             # Popped, so that the page's whole objects go once transformed, before the
             # next page is read.

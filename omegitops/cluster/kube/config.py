@@ -31,18 +31,19 @@ def plain_client(url: str) -> ApiClient:
     return ApiClient(_tuned(configuration))
 
 
-def connect(context: str | None) -> ApiClient:
+def connect(context: str | None, kubeconfig: str | None = None) -> ApiClient:
     """A client from ``$OMEGITOPS_KUBE_API``, else kubeconfig (``context`` or the current
-    one), else the in-cluster service account."""
+    one, in ``kubeconfig`` or ``$KUBECONFIG``'s files), else the in-cluster service
+    account."""
     url = os.environ.get(API_ENV)
     if url:
         return plain_client(url)
     configuration = Configuration()
     try:
-        token_file = _load_kubeconfig(context, configuration)
+        token_file = _load_kubeconfig(context, configuration, kubeconfig)
     except (ConfigException, FileNotFoundError) as err:
-        if context is not None:
-            raise ClusterError(f"kube:{context}: {err}") from err
+        if context is not None or kubeconfig is not None:
+            raise ClusterError(f"kube:{context or ''}: {err}") from err
         try:
             config.load_incluster_config(client_configuration=configuration)
         except ConfigException as incluster:
@@ -56,13 +57,34 @@ def connect(context: str | None) -> ApiClient:
     return ApiClient(_tuned(configuration))
 
 
-def _load_kubeconfig(context: str | None, configuration: Configuration) -> Path | None:
-    """Load kubeconfig (``$KUBECONFIG`` or ~/.kube/config) into ``configuration``; the
-    token file its user names (``tokenFile``, relative to the kubeconfig's folder), if
-    any."""
+def context_namespace(context: str | None = None, kubeconfig: str | None = None) -> str:
+    """The namespace kubectl would use: the kubeconfig context's (``context`` or the
+    current one), else ``default``; without a kubeconfig, in a pod, the pod's own."""
+    try:
+        loader = kube_config._get_kube_config_loader(
+            filename=_kubeconfig_files(kubeconfig), active_context=context)
+    except (ConfigException, FileNotFoundError) as err:
+        if context is not None or kubeconfig is not None:
+            raise ClusterError(f"kube:{context or ''}: {err}") from err
+        own = Path(SERVICE_TOKEN_FILENAME).with_name("namespace")
+        return own.read_text().strip() if own.is_file() else "default"
+    found = loader.current_context.get("context") or {}
+    return str(found.get("namespace") or "default")
+
+
+def _kubeconfig_files(kubeconfig: str | None) -> str:
+    """``--kubeconfig``, else ``$KUBECONFIG`` (a list of files, merged as kubectl merges
+    them), else ~/.kube/config: the client's default, read when it was imported."""
+    return kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+
+
+def _load_kubeconfig(context: str | None, configuration: Configuration,
+                     kubeconfig: str | None = None) -> Path | None:
+    """Load kubeconfig (``kubeconfig``, ``$KUBECONFIG`` or ~/.kube/config) into
+    ``configuration``; the token file its user names (``tokenFile``, relative to the
+    kubeconfig's folder), if any."""
     loader = kube_config._get_kube_config_loader(
-        filename=kube_config.KUBE_CONFIG_DEFAULT_LOCATION,
-        active_context=context, persist_config=True)
+        filename=_kubeconfig_files(kubeconfig), active_context=context, persist_config=True)
     loader.load_and_set(configuration)
     user = loader._user
     name = user.safe_get("tokenFile") if user is not None else None
