@@ -197,6 +197,7 @@ def service_errors(
                                               f"({runtime.path}: spec.disabled: true)"))
         return errors
     runtime_data = runtime.data if runtime else None
+    errors.extend(group_errors(service, runtime_data, operator))
     for component in components_of(service.data, runtime_data):
         mode = resolve_mode(service.data, runtime_data, component, operator)
         if mode.value != OMENATIVE:
@@ -223,6 +224,53 @@ def service_errors(
             warnings.extend(_stuck_budget_warnings(service, lifecycle))
             warnings.extend(_image_warnings(service, lifecycle, rendered["templates"]))
             warnings.extend(_gang_fit_warnings(service, lifecycle, rendered["templates"]))
+    return errors
+
+
+GROUPS: tuple[str | int, ...] = ("spec", "rollout", "groups")
+
+
+def group_errors(service: Manifest, runtime: dict[str, Any] | None,
+                 operator: OperatorSettings) -> list[ManifestError]:
+    """Rollout groups whose members cannot move as one: a component in two groups, one
+    the service does not run, one not on OMENative (nothing of omegitops moves it), and a
+    canary that moves only some members of a group (docs/behaviour.md "Rollout groups")."""
+    groups = dig(service.data, GROUPS)
+    if not isinstance(groups, list):
+        return []
+    runs = components_of(service.data, runtime)
+    canary = dig(service.data, ("spec", "rollout", "canary"))
+    canaried = canary.get("components") if isinstance(canary, dict) else None
+    first: dict[str, str] = {}
+    errors = []
+    for number, group in enumerate(groups):
+        if not isinstance(group, dict):
+            continue
+        name = group.get("name")
+        members = group.get("components") or []
+        for place, member in enumerate(members):
+            where = (*GROUPS, number, "components", place)
+            if member in first:
+                errors.append(service.error(where, (
+                    f"{member} is in rollout group {first[member]} already: a component "
+                    "moves in one group")))
+                continue
+            first[member] = str(name)
+            if member not in runs:
+                errors.append(service.error(where, (
+                    f"{member} is not a component of the service (it runs "
+                    f"{', '.join(runs) or 'none'})")))
+            elif resolve_mode(service.data, runtime, member, operator).value != OMENATIVE:
+                errors.append(service.error(where, (
+                    f"{member} does not run on OMENative: omegitops moves only OMENative "
+                    "components, so it cannot move in a group")))
+        if isinstance(canaried, list):
+            partly = [m for m in members if m in canaried]
+            if partly and len(partly) < len(members):
+                errors.append(service.error((*GROUPS, number, "components"), (
+                    f"the canary (spec.rollout.canary.components) moves "
+                    f"{', '.join(partly)} but not the rest of rollout group {name}: "
+                    "a group's members take the canary's steps together")))
     return errors
 
 

@@ -1,0 +1,156 @@
+"""Rollout groups: components of one service that move as one.
+
+update-strategies.txt: "rollout groups in spec.rollout coordinate several components";
+"Rollout groups: roll the engine and the decoder out as one"; "In a rollout group, the
+group's limits apply too, and a canary's current step replaces your partition". The
+group is ``spec.rollout.groups[]`` (render/resolve.py resolves it for each member).
+
+Each member is still planned on its own by the pure planner. What it needs of the
+group comes from this pure pre-pass over what the pass observed of every member (the
+members' InferenceReplicas: their Instances' rows and canary steps) and what Git asks
+of each (its count and target revision). For each member it computes:
+
+- ``allowed``: how many of the member's Instances may run its new revision. The group
+  moves in waves: the next wave is the share of the slowest member once one more of
+  its Instances is Ready on the new revision, that is
+  ``min over members of min(1, (done + 1) / count)``, and each member may have that
+  share of its own count, rounded up like a budget. Under a canary the group's step is
+  the lowest step any member records, and its count (a percentage of each member's
+  count, rounded up) caps it too. No member runs ahead of the group: the one ahead
+  waits for the slowest, which the rollout hold names (gate ``Group``).
+- ``surge_room``, ``unavailable_room``: how many more surges and disruptive moves the
+  member may start under the group's own ``maxSurge`` and ``maxUnavailable`` (counted
+  in Instances across every member, a percentage of all their Instances rounded up),
+  on top of its own budgets. What the group's budget has left is handed out to the
+  members furthest behind first, never more than a member may use, so two members
+  planned in one pass never take the same slot.
+
+Repairs never wait for the group (restart-policy.txt: "no repair waits for its rollout
+group"): the planner applies the group's view to the rollout alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from omegitops.lifecycle.canary import CanaryStep, allowed_at
+from omegitops.model.budgets import scaled_value
+from omegitops.model.groups import GroupView
+from omegitops.model.state import Json, Mode, Phase, Row
+
+
+@dataclass(frozen=True)
+class Member:
+    """What the pass knows of one member: its desired count and target revision (Git),
+    its Instances' rows and its recorded canary step (observed)."""
+
+    component: str
+    replicas: int
+    target: str
+    rows: tuple[Row, ...]
+    canary: Json | None = None
+
+    def live(self) -> list[Row]:
+        return [r for r in self.rows if r.surge_of is None and r.phase != Phase.DELETING]
+
+    @property
+    def done(self) -> int:
+        """Instances Ready on the target, at rest."""
+        return sum(1 for r in self.live() if r.revision == self.target
+                   and r.phase == Phase.READY and r.operation is None)
+
+    @property
+    def moved(self) -> int:
+        """Instances on the target or moving to it."""
+        return sum(1 for r in self.live() if r.revision == self.target or _toward(r, self))
+
+    def in_flight(self, surge: bool) -> int:
+        """Updates toward the target under way: surges, or the others."""
+        return sum(1 for r in self.live() if _toward(r, self)
+                   and (r.operation is not None and r.operation.mode == Mode.SURGE) == surge)
+
+    def share(self) -> Fraction:
+        return Fraction(self.done, self.replicas) if self.replicas else Fraction(1)
+
+
+def _toward(row: Row, member: Member) -> bool:
+    return (row.operation is not None and row.phase != Phase.FAILED
+            and row.operation.target_revision == member.target)
+
+
+def group_views(group: Json, members: list[Member],
+                steps: tuple[CanaryStep, ...] = ()) -> dict[str, GroupView]:
+    """Each member's view of the group ``group`` (its ``spec.rollout.groups`` entry)."""
+    counted = [m for m in members if m.replicas > 0]
+    wave = min((min(Fraction(1), Fraction(m.done + 1, m.replicas)) for m in counted),
+               default=Fraction(1))
+    step = _group_step(members, steps)
+    allowed = {m.component: _allowed(m, wave, step, steps) for m in members}
+    total = sum(m.replicas for m in members)
+    surge = _rooms(members, allowed, scaled_value(group.get("maxSurge"), total), surge=True)
+    down = _rooms(members, allowed, scaled_value(group.get("maxUnavailable"), total),
+                  surge=False)
+    name = str(group.get("name") or "")
+    names = tuple(m.component for m in members)
+    views = {}
+    for member in members:
+        others = [m for m in counted if m is not member]
+        slowest = min(others, key=lambda m: (m.share(), names.index(m.component)),
+                      default=None)
+        why = "" if slowest is None else (
+            f"{slowest.component} has {slowest.done}/{slowest.replicas} Instances Ready "
+            f"on its new revision")
+        if step is not None:
+            why += f"{'; ' if why else ''}the group is at canary step {step}/{len(steps)}"
+        moving = any(m.in_flight(True) + m.in_flight(False) > 0
+                     or allowed[m.component] > m.moved for m in others)
+        views[member.component] = GroupView(
+            name, names, allowed[member.component],
+            None if slowest is None else slowest.component, why,
+            surge.get(member.component), down.get(member.component), moving)
+    return views
+
+
+def _group_step(members: list[Member], steps: tuple[CanaryStep, ...]) -> int | None:
+    """The group's canary step: the lowest any member with Instances left to move
+    records (a member yet to record one is at step 1); None when the canary is done or
+    none moves the group."""
+    if not steps:
+        return None
+    recorded = []
+    for member in members:
+        if member.moved >= len(member.live()):
+            continue  # nothing left to move: it does not hold the group back
+        canary = member.canary if isinstance(member.canary, dict) else {}
+        if canary.get("target") != member.target:
+            recorded.append(1)
+        elif not canary.get("done"):
+            step = canary.get("step")
+            recorded.append(step if isinstance(step, int) and step >= 1 else 1)
+    step = min(recorded, default=None)
+    return step if step is not None and step <= len(steps) else None
+
+
+def _allowed(member: Member, wave: Fraction, step: int | None,
+             steps: tuple[CanaryStep, ...]) -> int:
+    by_wave = math.ceil(wave * member.replicas)
+    if step is None:
+        return by_wave
+    return min(by_wave, allowed_at(steps[step - 1], member.replicas))
+
+
+def _rooms(members: list[Member], allowed: dict[str, int], budget: int | None,
+           surge: bool) -> dict[str, int]:
+    """What the group's budget has left, handed to the members furthest behind first."""
+    if budget is None:
+        return {}
+    left = max(0, budget - sum(m.in_flight(surge) for m in members))
+    rooms = {}
+    order = sorted(members, key=lambda m: (m.share(), members.index(m)))
+    for member in order:
+        room = min(left, max(0, allowed[member.component] - member.moved))
+        rooms[member.component] = room
+        left -= room
+    return rooms
