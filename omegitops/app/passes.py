@@ -43,7 +43,7 @@ from omegitops.cluster.errors import (
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, sequence_value
 from omegitops.lifecycle.canary import steps_of
 from omegitops.lifecycle.converged import is_converged
-from omegitops.lifecycle.groups import Member, group_views
+from omegitops.lifecycle.groups import Member, batch_of, group_views
 from omegitops.lifecycle.planner import Plan, converged_plan, plan_component
 from omegitops.lifecycle.scaling import count_of
 from omegitops.manifests.load import ServiceComponent
@@ -310,6 +310,7 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
             result.failed.add(component_key(item))
         elif planned is not None:
             result.plans.append((item, planned[2]))
+    result.plans = held_by_moving_groups(result.plans)
     for key, replica, owner in unaccounted_replicas(seen, wanted):
         if only is not None and owner not in only:
             continue
@@ -326,6 +327,26 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
             continue
         result.plans.append((None, plan))
     return result
+
+
+def held_by_moving_groups(plans: list[tuple[ServiceComponent | None, Plan]]
+                          ) -> list[tuple[ServiceComponent | None, Plan]]:
+    """A member its group holds stays under way while another member's record changes
+    this pass: its view of the group was computed before, and the next pass may let it
+    move (a pass that rests on a stale view would wait for the next run)."""
+    changed = {plan_key(plan) for _, plan in plans
+               if plan.replica_changed and not plan.bookkeeping}
+    kept = []
+    for item, plan in plans:
+        decision = plan.decision
+        if decision is not None and decision.group is not None and decision.group_held \
+                and not plan.busy:
+            key = plan_key(plan)
+            if any(ComponentKey(key.namespace, key.service, member) in changed
+                   for member in decision.group.members if member != key.component):
+                plan = replace(plan, busy=True)
+        kept.append((item, plan))
+    return kept
 
 
 def plan_key(plan: Plan) -> ComponentKey:
@@ -434,9 +455,11 @@ def rollout_groups(seen: Observation, items: list[ServiceComponent]) -> Grouped:
                 continue
             grouped.desired[key] = desired
             replica = observed.replica
-            members.append(Member(key.component, count_of(desired, replica).replicas,
-                                  desired.revision, stored_rows(replica),
-                                  ((replica or {}).get("status") or {}).get("canary")))
+            count = count_of(desired, replica).replicas
+            members.append(Member(key.component, count, desired.revision,
+                                  stored_rows(replica),
+                                  ((replica or {}).get("status") or {}).get("canary"),
+                                  batch_of(desired.lifecycle.settings, count)))
         group = entries[0][1].lifecycle.fields["group"].value
         steps = steps_of(entries[0][1].lifecycle)
         views = group_views(group, members, steps)

@@ -109,8 +109,9 @@ def promote(cluster: Any, namespace: str, isvc: str, component: str, by: str) ->
     for member in members:
         try:
             said.append(_promote_one(cluster, namespace, isvc, member, by))
-        except OmegitopsError as err:
-            said.append(str(err))  # a member with nothing left to move has no step
+        except OmegitopsError:
+            # A member with nothing left to move has no step: the others go on.
+            said.append(f"{isvc} ({member}) in {namespace}: no canary step waits")
     return "\n".join([f"rollout group {group.get('name')}: every member takes the step",
                       *said])
 

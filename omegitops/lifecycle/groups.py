@@ -11,13 +11,15 @@ members' InferenceReplicas: their Instances' rows and canary steps) and what Git
 of each (its count and target revision). For each member it computes:
 
 - ``allowed``: how many of the member's Instances may run its new revision. The group
-  moves in waves: the next wave is the share of the slowest member once one more of
-  its Instances is Ready on the new revision, that is
-  ``min over members of min(1, (done + 1) / count)``, and each member may have that
-  share of its own count, rounded up like a budget. Under a canary the group's step is
-  the lowest step any member records, and its count (a percentage of each member's
-  count, rounded up) caps it too. No member runs ahead of the group: the one ahead
-  waits for the slowest, which the rollout hold names (gate ``Group``).
+  moves in waves at the pace of its slowest member: the next wave is the share each
+  member reaches once its next batch (what its own maxSurge or maxUnavailable moves at
+  once) is Ready on the new revision, the lowest of them, that is
+  ``min over members of min(1, (done + batch) / count)``, and each member may have
+  that share of its own count, rounded up like a budget. Under a canary the group's
+  step is the lowest step the other members record, and its count (a percentage of
+  each member's count, rounded up) caps it too (a member's own step caps it in its
+  own plan). No member runs ahead of the group: the one ahead waits for the slowest,
+  which the rollout hold names (gate ``Group``).
 - ``surge_room``, ``unavailable_room``: how many more surges and disruptive moves the
   member may start under the group's own ``maxSurge`` and ``maxUnavailable`` (counted
   in Instances across every member, a percentage of all their Instances rounded up),
@@ -38,6 +40,7 @@ from fractions import Fraction
 from omegitops.lifecycle.canary import CanaryStep, allowed_at
 from omegitops.model.budgets import scaled_value
 from omegitops.model.groups import GroupView
+from omegitops.model.settings import SURGE_THEN_DRAIN, ComponentSettings
 from omegitops.model.state import Json, Mode, Phase, Row
 
 
@@ -51,6 +54,8 @@ class Member:
     target: str
     rows: tuple[Row, ...]
     canary: Json | None = None
+    # How many of its Instances its own budgets move at once (at least one).
+    batch: int = 1
 
     def live(self) -> list[Row]:
         return [r for r in self.rows if r.surge_of is None and r.phase != Phase.DELETING]
@@ -80,14 +85,24 @@ def _toward(row: Row, member: Member) -> bool:
             and row.operation.target_revision == member.target)
 
 
+def batch_of(settings: ComponentSettings, replicas: int) -> int:
+    """How many Instances a member's own budgets move at once: its maxSurge under
+    SurgeThenDrain (its maxUnavailable when that is 0), else its maxUnavailable; all of
+    them when unset; at least one."""
+    surge = scaled_value(settings.max_surge, replicas)
+    down = scaled_value(settings.max_unavailable, replicas)
+    budget = surge if settings.strategy == SURGE_THEN_DRAIN and surge != 0 else down
+    return max(1, replicas if budget is None else budget)
+
+
 def group_views(group: Json, members: list[Member],
                 steps: tuple[CanaryStep, ...] = ()) -> dict[str, GroupView]:
     """Each member's view of the group ``group`` (its ``spec.rollout.groups`` entry)."""
     counted = [m for m in members if m.replicas > 0]
-    wave = min((min(Fraction(1), Fraction(m.done + 1, m.replicas)) for m in counted),
-               default=Fraction(1))
-    step = _group_step(members, steps)
-    allowed = {m.component: _allowed(m, wave, step, steps) for m in members}
+    wave = min((min(Fraction(1), Fraction(m.done + max(1, m.batch), m.replicas))
+                for m in counted), default=Fraction(1))
+    allowed = {m.component: _allowed(m, wave, _group_step(
+        [o for o in members if o is not m], steps), steps) for m in members}
     total = sum(m.replicas for m in members)
     surge = _rooms(members, allowed, scaled_value(group.get("maxSurge"), total), surge=True)
     down = _rooms(members, allowed, scaled_value(group.get("maxUnavailable"), total),
@@ -102,6 +117,7 @@ def group_views(group: Json, members: list[Member],
         why = "" if slowest is None else (
             f"{slowest.component} has {slowest.done}/{slowest.replicas} Instances Ready "
             f"on its new revision")
+        step = _group_step(others, steps)
         if step is not None:
             why += f"{'; ' if why else ''}the group is at canary step {step}/{len(steps)}"
         moving = any(m.in_flight(True) + m.in_flight(False) > 0
@@ -114,8 +130,8 @@ def group_views(group: Json, members: list[Member],
 
 
 def _group_step(members: list[Member], steps: tuple[CanaryStep, ...]) -> int | None:
-    """The group's canary step: the lowest any member with Instances left to move
-    records (a member yet to record one is at step 1); None when the canary is done or
+    """The group's canary step as ``members`` record it: the lowest any of them with
+    Instances left to move records (a member yet to record one is at step 1); None when the canary is done or
     none moves the group."""
     if not steps:
         return None

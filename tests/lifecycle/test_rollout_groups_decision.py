@@ -140,3 +140,24 @@ def test_the_groups_budget_applies_on_top_of_the_members():
 def test_without_a_group_nothing_changes():
     decision = decide_rollout(Component(4).work())
     assert len(decision.starts) == 4 and decision.group is None
+
+
+def test_each_member_moves_its_own_batch_in_step():
+    """Engines that surge two at a time beside decoders that surge one: the wave is the
+    decoders' next one (one of two, half), so two of four engines; a member whose
+    budgets are unset moves its whole count."""
+    engine = replace(member("engine", 4), batch=2)
+    views = group_views(PD, [engine, member("decoder", 2)])
+    assert (views["engine"].allowed, views["decoder"].allowed) == (2, 1)
+    views = group_views(PD, [replace(engine, batch=4), replace(member("decoder", 2),
+                                                               batch=2)])
+    assert (views["engine"].allowed, views["decoder"].allowed) == (4, 2)
+
+
+def test_a_members_own_canary_step_does_not_hold_it_back():
+    """The engine's status still records step 1 as it is promoted: its own plan moves it
+    to step 2; only the other members' steps cap it."""
+    steps = (CanaryStep("50%", promote=True), CanaryStep("100%"))
+    engine = member("engine", 2, done=1, canary={"target": NEW, "step": 1})
+    views = group_views(PD, [engine, member("decoder", 1, done=1)], steps)
+    assert views["engine"].allowed == 2

@@ -60,17 +60,22 @@ def _count(s, name: str) -> int:
     return s.replica(name)["spec"]["replicas"]
 
 
-def _in_step(s) -> None:
+def _in_step(engine: int = 2, decoder: int = 2):
     """A watch: no member has more Instances on (or moving to) its new revision than the
-    group's next wave lets it: the slowest member's share once one more of its Instances
-    is Ready there, of the member's own count, rounded up."""
-    names = (ENGINE, DECODER)
-    wave = min(min(Fraction(1), Fraction(_done(s, n) + 1, _count(s, n))) for n in names)
-    for name in names:
-        allowed = math.ceil(wave * _count(s, name))
-        assert _moved(s, name) <= allowed, (
-            f"{name} ran ahead of group pd: {_moved(s, name)} moved, the group lets "
-            f"{allowed} ({ {n: (_done(s, n), _moved(s, n)) for n in names} })")
+    group's next wave lets it: the lowest share a member reaches once its next batch
+    (``engine``, ``decoder``: what its own budget moves at once) is Ready there, of the
+    member's own count, rounded up."""
+    batches = {ENGINE: engine, DECODER: decoder}
+
+    def watch(s) -> None:
+        wave = min(min(Fraction(1), Fraction(_done(s, n) + b, _count(s, n)))
+                   for n, b in batches.items())
+        for name in batches:
+            allowed = math.ceil(wave * _count(s, name))
+            assert _moved(s, name) <= allowed, (
+                f"{name} ran ahead of group pd: {_moved(s, name)} moved, the group lets "
+                f"{allowed} ({ {n: (_done(s, n), _moved(s, n)) for n in batches} })")
+    return watch
 
 
 def _steps_apart(steps: list[dict]):
@@ -123,7 +128,7 @@ def test_a_group_canary_moves_the_engine_and_the_decoder_in_step(backend):
     the decoder; one promote of the engine promotes the group."""
     scenario, change = backend.converged(**_service())
     change(**_service(image="sglang:v2", rollout={"groups": [PD], "canary": {"steps": STEPS}}))
-    scenario.watches.extend([_in_step, _steps_apart(STEPS)])
+    scenario.watches.extend([_in_step(), _steps_apart(STEPS)])
     scenario.until(_reached(1), seconds=240)
     assert (_moved(scenario, ENGINE), _moved(scenario, DECODER)) == (1, 1)
     group = scenario.status(ENGINE)["group"]
@@ -142,12 +147,17 @@ def test_a_group_canary_moves_the_engine_and_the_decoder_in_step(backend):
 
 
 def test_a_rolling_group_moves_its_members_at_the_slowest_members_pace(backend):
-    """Without a canary the group still moves in step: each engine may surge two at once
-    on its own, yet half the engines move only once the first decoder is Ready on the
-    new revision; the engine that waits names the group and the decoder in its hold."""
-    scenario, change = backend.converged(**_service())
-    change(**_service(image="sglang:v2", rollout={"groups": [PD]}))
-    scenario.watches.append(_in_step)
+    """Without a canary the group still moves in step: the engines may all surge at once
+    on their own, the decoders one at a time; so half the engines move with the first
+    decoder, and the other half once it is Ready on the new revision. The engines that
+    wait name the group and the decoder in their hold."""
+    service = _service(lifecycle=strategy("SurgeThenDrain", maxSurge="100%",
+                                          maxUnavailable=0),
+                       decoder_lifecycle=strategy("SurgeThenDrain", maxSurge=1,
+                                                  maxUnavailable=0))
+    scenario, change = backend.converged(**service)
+    change(**{**service, "image": "sglang:v2", "rollout": {"groups": [PD]}})
+    scenario.watches.append(_in_step(4, 1))
     holds = []
     scenario.watches.append(lambda s: holds.append(_hold(s, ENGINE)))
     scenario.until(_settled, seconds=400)
@@ -167,7 +177,7 @@ def test_the_groups_own_budget_applies_on_top_of_each_members(backend):
         surges = sum(1 for n in (ENGINE, DECODER) for r in s.rows(n)
                      if (r.get("operation") or {}).get("mode") == "Surge")
         assert surges <= 1, surges
-    scenario.watches.extend([_in_step, one_surge])
+    scenario.watches.extend([_in_step(), one_surge])
     scenario.until(_settled, seconds=600)
 
 
@@ -183,7 +193,7 @@ def test_a_repair_does_not_wait_for_the_group(backend):
     scenario, change = backend.converged(**service)
     change(**{**service, "image": "sglang:v2",
               "rollout": {"groups": [PD], "canary": {"steps": steps}}})
-    scenario.watches.append(_in_step)
+    scenario.watches.append(_in_step(1, 1))
     scenario.until(_reached(1), seconds=240)
     old = [r for r in _rows(scenario, ENGINE) if r["revision"] != _target(scenario, ENGINE)]
     index = old[0]["index"]
