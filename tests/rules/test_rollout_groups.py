@@ -18,6 +18,8 @@ from fractions import Fraction
 
 from omegitops.commands import rollout
 from omegitops.lifecycle.canary import CanaryStep, allowed_at
+from omegitops.manifests.load import load
+from omegitops.report.status import build_report, validate_report
 from tests.fleet import strategy, write_service
 from tests.scenario import converged
 
@@ -160,6 +162,13 @@ def test_a_rolling_group_moves_its_members_at_the_slowest_members_pace(backend):
     scenario.watches.append(_in_step(4, 1))
     holds = []
     scenario.watches.append(lambda s: holds.append(_hold(s, ENGINE)))
+    scenario.until(lambda s: _hold(s, ENGINE).get("gate") == "Group", seconds=240)
+    report = build_report(load(scenario.repo), [scenario.replica(ENGINE)],
+                          scenario.events(), scenario.now())
+    validate_report(report)
+    engine = next(c for c in report["services"][0]["components"]
+                  if c["component"] == "engine")
+    assert "held: rollout group pd (engine, decoder)" in engine["healthReason"], engine
     scenario.until(_settled, seconds=400)
     group = [h for h in holds if h.get("gate") == "Group"]
     assert group, holds
