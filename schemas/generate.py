@@ -337,6 +337,9 @@ def rollout_schema() -> Schema:
                 "minItems": 2,
                 "uniqueItems": True,
             },
+            # rolling: the members in step, wave by wave; blueGreen: every member's
+            # new set beside the old, serving switched at once.
+            "strategy": {"type": "string", "enum": ["rolling", "blueGreen"]},
             "maxSurge": count,
             "maxUnavailable": count,
         },
@@ -795,6 +798,8 @@ def inference_replica_document() -> Schema:
                 "replicas": count,
                 "waitingFor": nullable(string),
                 "reason": string,
+                "strategy": string,
+                "switch": {"type": "boolean"},
             },
             required=["name", "members", "replicas"],
         ),

@@ -34,14 +34,14 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                   host_port: int | None = None, labels: dict | None = None,
                   max_replicas: int | None = None, rollout: dict | None = None,
                   decoder: int | None = None, decoder_lifecycle: dict | None = None,
-                  decoder_image: str | None = None) -> Path:
+                  decoder_image: str | None = None, decoder_startup: int = 10) -> Path:
     """One runtime and one OMENative service ``<namespace>/<name>`` with an engine;
     ``host_port``: on the host network, serving on that port, as the catalogue's RDMA
     and prefill/decode runtimes do; ``labels``: the pod template's own labels;
     ``max_replicas``: above ``replicas``, an autoscaler owns the count between them;
     ``rollout``: the service's ``spec.rollout``; ``decoder``: that many decoder Instances
     beside the engine (a prefill/decode service), on ``decoder_image`` (the engine's by
-    default) with ``decoder_lifecycle``."""
+    default) with ``decoder_lifecycle``, ready ``decoder_startup`` seconds after it starts."""
     config: dict[str, Any] = {"tolerations": TOLERATIONS}
     if host_port is not None:
         config["hostNetwork"] = True
@@ -65,7 +65,8 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                "metadata": {"name": "srt-test"}, "spec": {"engineConfig": config}}
     if decoder is not None:
         runtime["spec"]["decoderConfig"] = {"tolerations": TOLERATIONS,
-                                            "runner": runner(decoder_image or image, env)}
+                                            "runner": runner(decoder_image or image, env,
+                                                             decoder_startup)}
         if grace is not None:
             runtime["spec"]["decoderConfig"]["terminationGracePeriodSeconds"] = grace
     engine: dict[str, Any] = {"minReplicas": replicas,

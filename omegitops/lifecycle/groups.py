@@ -27,6 +27,12 @@ of each (its count and target revision). For each member it computes:
   members furthest behind first, never more than a member may use, so two members
   planned in one pass never take the same slot.
 
+Under ``strategy: blueGreen`` there are no waves: every member brings up its whole new
+set beside the old (the members' surges, out of rotation), and ``switch`` turns true
+once every Instance of every member not yet on its new revision waits at the hand-over
+with its new pods Available; in that pass every member hands over at once, and the old
+sets drain (lifecycle/updates.py).
+
 Repairs never wait for the group (restart-policy.txt: "no repair waits for its rollout
 group"): the planner applies the group's view to the rollout alone.
 """
@@ -39,9 +45,9 @@ from fractions import Fraction
 
 from omegitops.lifecycle.canary import CanaryStep, allowed_at
 from omegitops.model.budgets import scaled_value
-from omegitops.model.groups import GroupView
+from omegitops.model.groups import BLUE_GREEN, GroupView
 from omegitops.model.settings import SURGE_THEN_DRAIN, ComponentSettings
-from omegitops.model.state import Json, Mode, Phase, Row
+from omegitops.model.state import Json, Mode, Phase, Row, Step
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,8 @@ def batch_of(settings: ComponentSettings, replicas: int) -> int:
 def group_views(group: Json, members: list[Member],
                 steps: tuple[CanaryStep, ...] = ()) -> dict[str, GroupView]:
     """Each member's view of the group ``group`` (its ``spec.rollout.groups`` entry)."""
+    if group.get("strategy") == BLUE_GREEN:
+        return _blue_green(group, members)
     counted = [m for m in members if m.replicas > 0]
     wave = min((min(Fraction(1), Fraction(m.done + max(1, m.batch), m.replicas))
                 for m in counted), default=Fraction(1))
@@ -127,6 +135,41 @@ def group_views(group: Json, members: list[Member],
             None if slowest is None else slowest.component, why,
             surge.get(member.component), down.get(member.component), moving)
     return views
+
+
+# An Instance past these steps of its surge serves from its new pods.
+SWITCHED = (Step.DRAIN_OLD, Step.WAIT_DRAINED)
+
+
+def _blue_green(group: Json, members: list[Member]) -> dict[str, GroupView]:
+    """Every member's full new set at once; the switch once all of it waits for it."""
+    names = tuple(m.component for m in members)
+    waiting = {m.component: _not_at_switch(m) for m in members}
+    switch = not any(waiting.values())
+    behind = next((m for m in members if waiting[m.component]), None)
+    why = "every member's new set is Available: serving switches to it"
+    if behind is not None:
+        count = waiting[behind.component]
+        why = (f"{behind.component} has {count} Instance{'' if count == 1 else 's'} whose "
+               "new pods are not Available yet")
+    return {m.component: GroupView(
+        str(group.get("name") or ""), names, m.replicas,
+        None if switch or behind is None else behind.component, why, None, None,
+        not switch, blue_green=True, switch=switch) for m in members}
+
+
+def _not_at_switch(member: Member) -> int:
+    """Instances of ``member`` not yet waiting at the hand-over (nor past it)."""
+    waiting = 0
+    for row in member.live():
+        if row.revision == member.target and row.operation is None:
+            continue
+        operation = row.operation
+        if operation is None or operation.target_revision != member.target \
+                or row.phase == Phase.FAILED \
+                or operation.step not in (Step.HAND_OVER, *SWITCHED):
+            waiting += 1
+    return waiting
 
 
 def _group_step(members: list[Member], steps: tuple[CanaryStep, ...]) -> int | None:

@@ -139,6 +139,8 @@ def decide_rollout(work: Work) -> RolloutDecision:
         partition = max(partition, desired - group.allowed)
     strategy = lifecycle.strategy
     max_surge = scaled_value(lifecycle.settings.max_surge, desired)
+    if work.observed.group is not None and work.observed.group.blue_green:
+        max_surge = None  # blue-green: the whole new set comes up beside the old
     max_unavailable = scaled_value(lifecycle.settings.max_unavailable, desired)
     surge_slots, notes, frees = surge_in_use(work)
     surge_before = surge_slots

@@ -264,6 +264,12 @@ def group_errors(service: Manifest, runtime: dict[str, Any] | None,
                 errors.append(service.error(where, (
                     f"{member} does not run on OMENative: omegitops moves only OMENative "
                     "components, so it cannot move in a group")))
+            elif group.get("strategy") == "blueGreen":
+                errors.extend(_blue_green_member_errors(
+                    service, where, resolve_component(service.data, runtime, member,
+                                                      operator)))
+        if group.get("strategy") == "blueGreen":
+            errors.extend(_blue_green_errors(service, number, group, canary, canaried))
         if isinstance(canaried, list):
             partly = [m for m in members if m in canaried]
             if partly and len(partly) < len(members):
@@ -272,6 +278,39 @@ def group_errors(service: Manifest, runtime: dict[str, Any] | None,
                     f"{', '.join(partly)} but not the rest of rollout group {name}: "
                     "a group's members take the canary's steps together")))
     return errors
+
+
+def _blue_green_errors(service: Manifest, number: int, group: dict[str, Any],
+                       canary: object, canaried: object) -> list[ManifestError]:
+    """A blue-green group switches at once: no canary steps, no budget of its own."""
+    errors = []
+    members = group.get("components") or []
+    if isinstance(canary, dict) and (not isinstance(canaried, list)
+                                     or any(m in canaried for m in members)):
+        errors.append(service.error((*GROUPS, number, "strategy"), (
+            f"rollout group {group.get('name')} switches at once (blueGreen): a canary's "
+            "steps cannot move it; leave its members out of spec.rollout.canary.components")))
+    for key in BUDGET_FIELDS:
+        if key in group:
+            errors.append(service.error((*GROUPS, number, key), (
+                f"a blueGreen group brings up every member's whole new set at once: "
+                f"{key} has nothing to bound")))
+    return errors
+
+
+def _blue_green_member_errors(service: Manifest, where: tuple[str | int, ...],
+                              lifecycle: ComponentLifecycle) -> list[ManifestError]:
+    """A blue-green member surges each Instance beside its old one: a single-pod
+    Instance under SurgeThenDrain (a gang's switch is not done yet)."""
+    member = lifecycle.component
+    if lifecycle.settings.strategy != SURGE_THEN_DRAIN:
+        return [service.error(where, (
+            f"{member} updates by {lifecycle.settings.strategy}: a blueGreen group "
+            f"brings its new set up beside the old, which takes SurgeThenDrain"))]
+    if lifecycle.shape == GANG:
+        return [service.error(where, (
+            f"{member} runs gangs: a blueGreen group of gangs is not done yet"))]
+    return []
 
 
 def _not_found(service: Manifest, name: str, runtimes: dict) -> str:

@@ -161,3 +161,22 @@ def test_a_members_own_canary_step_does_not_hold_it_back():
     engine = member("engine", 2, done=1, canary={"target": NEW, "step": 1})
     views = group_views(PD, [engine, member("decoder", 1, done=1)], steps)
     assert views["engine"].allowed == 2
+
+
+def test_a_blue_green_group_switches_once_every_new_set_waits_for_it():
+    """Every Instance of every member may move at once; the switch comes when each one
+    not on its new revision waits at the hand-over."""
+    blue = {**PD, "strategy": "blueGreen"}
+    engine = member("engine", 2, moving=2)
+    decoder = member("decoder", 2, moving=2)
+    views = group_views(blue, [engine, decoder])
+    assert views["engine"].allowed == 2 and views["engine"].blue_green
+    assert not views["engine"].switch and views["engine"].waits_for == "engine"
+
+    def at_hand_over(m: Member) -> Member:
+        return replace(m, rows=tuple(
+            r.but(operation=replace(r.op, step=Step.HAND_OVER)) for r in m.rows))
+    views = group_views(blue, [at_hand_over(engine), decoder])
+    assert not views["engine"].switch and views["engine"].waits_for == "decoder"
+    views = group_views(blue, [at_hand_over(engine), at_hand_over(decoder)])
+    assert views["engine"].switch and views["decoder"].switch

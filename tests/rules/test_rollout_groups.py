@@ -19,6 +19,7 @@ from fractions import Fraction
 from omegitops.commands import rollout
 from omegitops.lifecycle.canary import CanaryStep, allowed_at
 from omegitops.manifests.load import load
+from omegitops.render import pods as P
 from omegitops.report.status import build_report, validate_report
 from tests.fleet import strategy, write_service
 from tests.scenario import converged
@@ -248,6 +249,28 @@ def test_validate_names_the_file_line_and_field_of_a_bad_group(tmp_path, cli):
             out + err)
 
 
+def test_validate_refuses_what_a_blue_green_group_cannot_do(tmp_path, cli):
+    blue = {**PD, "strategy": "blueGreen"}
+    cases = [
+        ({"groups": [blue], "canary": {"steps": [{"replicas": 1}]}}, "strategy:",
+         "spec.rollout.groups[0].strategy: rollout group pd switches at once (blueGreen)",
+         {}),
+        ({"groups": [{**blue, "maxSurge": 1}]}, "maxSurge:",
+         ("spec.rollout.groups[0].maxSurge: a blueGreen group brings up every member's "
+         "whole new set at once"), {}),
+        ({"groups": [blue]}, "- decoder",
+         "spec.rollout.groups[0].components[1]: decoder updates by InPlaceIfPossible",
+         {"decoder_lifecycle": strategy("InPlaceIfPossible")}),
+    ]
+    for number, (block, needle, message, more) in enumerate(cases):
+        repo = write_service(tmp_path / f"repo{number}", rollout=block, decoder=1, **more)
+        code, out, err = cli("validate", "--repo", str(repo))
+        assert code == 1, (block, out, err)
+        line = _line_of(repo, needle)
+        assert f"services/svc.yaml:{line}: InferenceService demo/svc: {message}" in (
+            out + err), out + err
+
+
 def test_validate_refuses_a_member_not_on_omenative(tmp_path, cli):
     repo = write_service(tmp_path / "repo", decoder=1, rollout={"groups": [PD]})
     path = repo / "services" / "svc.yaml"
@@ -274,3 +297,37 @@ def test_a_group_at_rest_stays_converged(tmp_path):
     scenario, _ = converged(tmp_path, **_service(rollout={"groups": [PD]}))
     result = scenario.run_pass()
     assert not result.busy
+
+
+def test_a_blue_green_group_switches_every_member_at_once(backend):
+    """``strategy: blueGreen``: every engine and decoder brings up its new pod beside
+    the old one, out of rotation, whatever their own maxSurge; once all are Available
+    every member hands over in the same pass, then the old pods drain. After every pass
+    either no Instance of the group serves from its new pods or all do: the engines,
+    Ready long before the decoders, wait for them."""
+    one = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
+    service = _service(replicas=2, lifecycle=one, decoder_lifecycle=one, decoder_startup=60)
+    scenario, change = backend.converged(**service)
+    change(**{**service, "image": "sglang:v2",
+              "rollout": {"groups": [{**PD, "strategy": "blueGreen"}]}})
+    names = (ENGINE, DECODER)
+    peak = []
+
+    def switched(s, name: str) -> int:
+        target = _target(s, name)
+        return sum(1 for r in _rows(s, name) if r["revision"] == target
+                   or (r.get("operation") or {}).get("handedOver"))
+
+    def at_once(s):
+        count = sum(switched(s, n) for n in names)
+        assert count in (0, sum(_count(s, n) for n in names)), {
+            n: (switched(s, n), _moved(s, n)) for n in names}
+        # The preview set is out of rotation until the switch.
+        serving_new = [p["metadata"]["name"] for n in names for p in s.pods(f"{n}-")
+                       if P.revision_of(p) == _target(s, n) and P.gate_set(p)]
+        assert count or not serving_new, serving_new
+        peak.append(sum(_moved(s, n) for n in names))
+    scenario.watches.append(at_once)
+    scenario.until(_settled, seconds=400)
+    assert max(peak) == 4, peak  # the whole new set beside the old
+    assert scenario.status(ENGINE)["group"]["strategy"] == "blueGreen"
