@@ -275,6 +275,7 @@ def _single_hand_over(work: Work, row: Row, pods: _SurgePods) -> Row:
             return row.with_op(waiting=f"the switch of rollout group {group.name}: "
                                        f"{group.why}")
         work.route(pods.new_live, True)
+        row = row.with_op(served=True, waiting=None)
     return hand_over(work, row, pods.old.live)
 
 
