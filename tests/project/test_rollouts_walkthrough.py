@@ -50,6 +50,7 @@ def test_the_prefill_decode_canary_walkthrough_runs_as_written(tmp_path):
     assert "llama-demo/llama-pd engine" in planned and "llama-demo/llama-pd decoder" in (
         planned), planned
     assert "**Canary** in 2 steps" in planned, planned
+    assert planned.count("**Rollout group** `pd` (engine, decoder): moves in step") == 2
     assert "omegitops rollout promote llama-pd -c engine -n llama-demo" in planned
     # 4. The first step: the engine waits for the promotion, the decoder moved with it.
     engine, decoder = (_line(first, "llama-pd-engine"), _line(first, "llama-pd-decoder"))
