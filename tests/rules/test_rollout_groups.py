@@ -157,7 +157,8 @@ def test_a_rolling_group_moves_its_members_at_the_slowest_members_pace(backend):
     service = _service(lifecycle=strategy("SurgeThenDrain", maxSurge="100%",
                                           maxUnavailable=0),
                        decoder_lifecycle=strategy("SurgeThenDrain", maxSurge=1,
-                                                  maxUnavailable=0))
+                                                  maxUnavailable=0),
+                       decoder_startup=40)  # the engines are Ready first, and wait
     scenario, change = backend.converged(**service)
     change(**{**service, "image": "sglang:v2", "rollout": {"groups": [PD]}})
     scenario.watches.append(_in_step(4, 1))
