@@ -326,7 +326,27 @@ def rollout_schema() -> Schema:
         },
         required=["steps"],
     )
-    return closed({"paused": {"type": "boolean"}, "canary": canary})
+    # Rollout groups: components of the service that move as one (lifecycle/groups.py):
+    # the group's own budgets count Instances across its members.
+    group = closed(
+        {
+            "name": {"type": "string", "pattern": DNS1123_LABEL, "maxLength": 63},
+            "components": {
+                "type": "array",
+                "items": {"type": "string", "enum": COMPONENTS},
+                "minItems": 2,
+                "uniqueItems": True,
+            },
+            # rolling: the members in step, wave by wave; blueGreen: every member's
+            # new set beside the old, serving switched at once.
+            "strategy": {"type": "string", "enum": ["rolling", "blueGreen"]},
+            "maxSurge": count,
+            "maxUnavailable": count,
+        },
+        required=["name", "components"],
+    )
+    groups = {"type": "array", "items": group, "minItems": 1}
+    return closed({"paused": {"type": "boolean"}, "canary": canary, "groups": groups})
 
 
 def add_omenative_isvc(schema: Schema) -> None:
@@ -714,6 +734,10 @@ def inference_replica_document() -> Schema:
             # The canary's current step (lifecycle/canary.py), while one moves the
             # component.
             "canary": nullable({"$ref": "#/$defs/CanaryStatus"}),
+            # The rollout group the component moves in (lifecycle/groups.py), while
+            # one holds it: its members, how many Instances it lets onto the new
+            # revision, and the member it waits for.
+            "group": nullable({"$ref": "#/$defs/GroupStatus"}),
             # Events recorded with the status write and not sent yet (model/outbox.py),
             # and the counter that numbers them.
             "eventSequence": count,
@@ -766,6 +790,18 @@ def inference_replica_document() -> Schema:
                 "done": {"type": "boolean"},
             },
             required=["target", "step", "steps", "startedAt", "waitingFor"],
+        ),
+        "GroupStatus": open_object(
+            {
+                "name": string,
+                "members": {"type": "array", "items": string},
+                "replicas": count,
+                "waitingFor": nullable(string),
+                "reason": string,
+                "strategy": string,
+                "switch": {"type": "boolean"},
+            },
+            required=["name", "members", "replicas"],
         ),
         "RolloutHold": open_object(
             {"gate": string, "reason": string, "since": time, "target": nullable(revision),

@@ -32,12 +32,16 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                   name: str = "svc", worker_env: dict[str, str] | None = None,
                   gates: list[str] | None = None, namespace: str = "demo",
                   host_port: int | None = None, labels: dict | None = None,
-                  max_replicas: int | None = None, rollout: dict | None = None) -> Path:
+                  max_replicas: int | None = None, rollout: dict | None = None,
+                  decoder: int | None = None, decoder_lifecycle: dict | None = None,
+                  decoder_image: str | None = None, decoder_startup: int = 10) -> Path:
     """One runtime and one OMENative service ``<namespace>/<name>`` with an engine;
     ``host_port``: on the host network, serving on that port, as the catalogue's RDMA
     and prefill/decode runtimes do; ``labels``: the pod template's own labels;
     ``max_replicas``: above ``replicas``, an autoscaler owns the count between them;
-    ``rollout``: the service's ``spec.rollout``."""
+    ``rollout``: the service's ``spec.rollout``; ``decoder``: that many decoder Instances
+    beside the engine (a prefill/decode service), on ``decoder_image`` (the engine's by
+    default) with ``decoder_lifecycle``, ready ``decoder_startup`` seconds after it starts."""
     config: dict[str, Any] = {"tolerations": TOLERATIONS}
     if host_port is not None:
         config["hostNetwork"] = True
@@ -59,6 +63,12 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                             "runner": runner(image, {**(env or {}), **(worker_env or {})})}
     runtime = {"apiVersion": "ome.io/v1beta1", "kind": "ClusterServingRuntime",
                "metadata": {"name": "srt-test"}, "spec": {"engineConfig": config}}
+    if decoder is not None:
+        runtime["spec"]["decoderConfig"] = {"tolerations": TOLERATIONS,
+                                            "runner": runner(decoder_image or image, env,
+                                                             decoder_startup)}
+        if grace is not None:
+            runtime["spec"]["decoderConfig"]["terminationGracePeriodSeconds"] = grace
     engine: dict[str, Any] = {"minReplicas": replicas,
                               "maxReplicas": replicas if max_replicas is None else max_replicas}
     if lifecycle:
@@ -67,6 +77,10 @@ def write_service(root: Path, *, replicas: int = 2, image: str = "sglang:v1",
                "metadata": {"name": name, "namespace": namespace},
                "spec": {"deploymentMode": "OMENative", "model": {"name": "m"},
                         "runtime": {"name": "srt-test"}, "engine": engine}}
+    if decoder is not None:
+        service["spec"]["decoder"] = {"minReplicas": decoder, "maxReplicas": decoder}
+        if decoder_lifecycle:
+            service["spec"]["decoder"]["lifecycle"] = decoder_lifecycle
     if rollout:
         service["spec"]["rollout"] = rollout
     (root / "runtimes").mkdir(parents=True, exist_ok=True)

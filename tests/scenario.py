@@ -240,6 +240,10 @@ def check_invariants(cluster, max_rows: Counter, items, whole: bool = True,
         # but the Instances on their way out still hold their pods until unrouted.
         most = max_rows[(key[1], key[2])]
         surge = scaled_value(lifecycle.settings.max_surge, most)
+        group = lifecycle.fields.get("group")
+        if group is not None and isinstance(group.value, dict) \
+                and group.value.get("strategy") == "blueGreen":
+            surge = None  # a blue-green group brings its whole new set up at once
         ceiling = most + (surge if surge is not None else most)
         assert live_by_component[key] <= ceiling * need, (key, live_by_component[key])
     replicas = cluster.list_objects(INFERENCE_REPLICA, MANAGED)

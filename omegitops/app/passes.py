@@ -41,8 +41,11 @@ from omegitops.cluster.errors import (
     Transient,
 )
 from omegitops.cluster.sequences import SEQUENCE_ANNOTATION, sequence_value
+from omegitops.lifecycle.canary import steps_of
 from omegitops.lifecycle.converged import is_converged
+from omegitops.lifecycle.groups import Member, batch_of, group_views
 from omegitops.lifecycle.planner import Plan, converged_plan, plan_component
+from omegitops.lifecycle.scaling import count_of
 from omegitops.manifests.load import ServiceComponent
 from omegitops.model.actions import (
     Action,
@@ -54,9 +57,10 @@ from omegitops.model.actions import (
     PatchImages,
     SetServing,
 )
+from omegitops.model.groups import GroupView
 from omegitops.model.ids import ComponentKey
 from omegitops.model.outbox import OUTBOX
-from omegitops.model.replica import decode_rows, encode_rows, replica_name
+from omegitops.model.replica import decode_rows, encode_rows, replica_name, stored_rows
 from omegitops.model.state import Row
 from omegitops.render.component import DesiredComponent, ObservedComponent
 from omegitops.render.desired import build_desired
@@ -306,6 +310,7 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
             result.failed.add(component_key(item))
         elif planned is not None:
             result.plans.append((item, planned[2]))
+    result.plans = held_by_moving_groups(result.plans)
     for key, replica, owner in unaccounted_replicas(seen, wanted):
         if only is not None and owner not in only:
             continue
@@ -322,6 +327,26 @@ def plan_all(cluster: Cluster, items: list[ServiceComponent],
             continue
         result.plans.append((None, plan))
     return result
+
+
+def held_by_moving_groups(plans: list[tuple[ServiceComponent | None, Plan]]
+                          ) -> list[tuple[ServiceComponent | None, Plan]]:
+    """A member its group holds stays under way while another member's record changes
+    this pass: its view of the group was computed before, and the next pass may let it
+    move (a pass that rests on a stale view would wait for the next run)."""
+    changed = {plan_key(plan) for _, plan in plans
+               if plan.replica_changed and not plan.bookkeeping}
+    kept = []
+    for item, plan in plans:
+        decision = plan.decision
+        if decision is not None and decision.group is not None and decision.group_held \
+                and not plan.busy:
+            key = plan_key(plan)
+            if any(ComponentKey(key.namespace, key.service, member) in changed
+                   for member in decision.group.members if member != key.component):
+                plan = replace(plan, busy=True)
+        kept.append((item, plan))
+    return kept
 
 
 def plan_key(plan: Plan) -> ComponentKey:
@@ -370,18 +395,80 @@ def planning_error(item: ServiceComponent, err: Exception) -> str:
             f"{type(err).__name__}: {reason}")
 
 
-def plan_item(seen: Observation, item: ServiceComponent,
-              now: datetime) -> tuple[DesiredComponent, ObservedComponent, Plan]:
-    """Render one managed component and plan it against what ``seen`` holds for it."""
-    observed = seen.component(*component_key(item))
+def plan_item(seen: Observation, item: ServiceComponent, now: datetime,
+              grouped: Grouped | None = None,
+              ) -> tuple[DesiredComponent, ObservedComponent, Plan]:
+    """Render one managed component and plan it against what ``seen`` holds for it (and,
+    in a rollout group, against what ``grouped`` says of the group)."""
+    key = component_key(item)
+    observed = seen.component(*key)
+    desired = (grouped.desired.get(key) if grouped else None) or desired_of(item, observed)
+    if grouped is not None:
+        observed.group = grouped.views.get(key)
+    if is_converged(desired, observed):
+        return desired, observed, converged_plan(desired, observed)
+    return desired, observed, plan_component(desired, observed, now)
+
+
+def desired_of(item: ServiceComponent, observed: ObservedComponent) -> DesiredComponent:
+    """What the repository asks of one managed component, rendered."""
     desired = build_desired(item.service.data, item.runtime.data if item.runtime else None,
                             item.lifecycle, observed.revisions, observed.replica,
                             item.operator, item.templates, item.revision_hash)
     if item.lifecycle.settings.paused:
         desired = replace(desired, paused_at=paused_at(item))
-    if is_converged(desired, observed):
-        return desired, observed, converged_plan(desired, observed)
-    return desired, observed, plan_component(desired, observed, now)
+    return desired
+
+
+@dataclass
+class Grouped:
+    """The rollout groups of a pass: each member's view of its group, and the members'
+    desired components rendered to compute it (planning them uses these)."""
+
+    views: dict[ComponentKey, GroupView] = field(default_factory=dict)
+    desired: dict[ComponentKey, DesiredComponent] = field(default_factory=dict)
+    # The members of each member's group, by key.
+    siblings: dict[ComponentKey, set[ComponentKey]] = field(default_factory=dict)
+
+
+def rollout_groups(seen: Observation, items: list[ServiceComponent]) -> Grouped:
+    """The pure pre-pass of rollout groups (lifecycle/groups.py) over what ``seen`` holds
+    of every member: a member's count and target revision from Git, its Instances and
+    canary step as observed."""
+    grouped = Grouped()
+    found: dict[tuple[str, str, str], list[tuple[ComponentKey, ServiceComponent]]] = {}
+    for item in items:
+        group = item.lifecycle.fields.get("group")
+        if not item.lifecycle.managed or group is None or not isinstance(group.value, dict):
+            continue
+        key = component_key(item)
+        found.setdefault((key.namespace, key.service, str(group.value.get("name"))),
+                         []).append((key, item))
+    for entries in found.values():
+        members = []
+        for key, item in entries:
+            observed = seen.component(*key)
+            try:
+                desired = desired_of(item, observed)
+            except Exception as err:  # noqa: BLE001 - its own plan names the error
+                log.debug("rollout group member %s not rendered: %s", key, err)
+                continue
+            grouped.desired[key] = desired
+            replica = observed.replica
+            count = count_of(desired, replica).replicas
+            members.append(Member(key.component, count, desired.revision,
+                                  stored_rows(replica),
+                                  ((replica or {}).get("status") or {}).get("canary"),
+                                  batch_of(desired.lifecycle.settings, count)))
+        group = entries[0][1].lifecycle.fields["group"].value
+        steps = steps_of(entries[0][1].lifecycle)
+        views = group_views(group, members, steps)
+        keys = {key for key, _ in entries}
+        for key, _ in entries:
+            grouped.siblings[key] = keys
+            if key.component in views:
+                grouped.views[key] = views[key.component]
+    return grouped
 
 
 PlannedItem = tuple[DesiredComponent, ObservedComponent, Plan]
@@ -393,7 +480,12 @@ def plan_each(seen: Observation, items: list[ServiceComponent], now: datetime,
     """Each component of ``items`` (those whose key is in ``only``) with its plan, or the
     error that stopped it: ``(item, (desired, observed, plan), None)``, ``(item, None,
     error)``, and ``(item, None, None)`` for a component omegitops does not manage.
-    Each is planned inside its own boundary: one component's failure stays its own."""
+    Each is planned inside its own boundary: one component's failure stays its own.
+    A member of a rollout group is planned with every other member (what one does
+    changes what the others may do)."""
+    grouped = rollout_groups(seen, items)
+    if only is not None:
+        only = only | {sibling for key in only for sibling in grouped.siblings.get(key, ())}
     for item in items:
         if only is not None and component_key(item) not in only:
             continue
@@ -401,7 +493,7 @@ def plan_each(seen: Observation, items: list[ServiceComponent], now: datetime,
             yield item, None, None
             continue
         try:
-            planned = plan_item(seen, item, now)
+            planned = plan_item(seen, item, now, grouped)
         except Exception as err:  # noqa: BLE001 - one component's failure stays its own
             yield item, None, planning_error(item, err)
             continue

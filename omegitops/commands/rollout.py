@@ -142,7 +142,28 @@ def resume(cluster: Any, namespace: str, isvc: str, component: str) -> str:
 
 
 def promote(cluster: Any, namespace: str, isvc: str, component: str, by: str) -> str:
-    """Record the promotion of the canary's current step; what to print."""
+    """Record the promotion of the canary's current step; what to print. A member of a
+    rollout group promotes the group: every member its InferenceReplica's
+    ``status.group`` names, each at its own step (they take the steps together)."""
+    status = read_replica(cluster, namespace, isvc, component).get("status") or {}
+    group = status.get("group") if isinstance(status.get("group"), dict) else None
+    members = [str(m) for m in (group or {}).get("members") or []] or [component]
+    if component not in members:
+        members.insert(0, component)
+    if group is None:
+        return _promote_one(cluster, namespace, isvc, component, by)
+    said = []
+    for member in members:
+        try:
+            said.append(_promote_one(cluster, namespace, isvc, member, by))
+        except OmegitopsError:
+            # A member with nothing left to move has no step: the others go on.
+            said.append(f"{isvc} ({member}) in {namespace}: no canary step waits")
+    return "\n".join([f"rollout group {group.get('name')}: every member takes the step",
+                      *said])
+
+
+def _promote_one(cluster: Any, namespace: str, isvc: str, component: str, by: str) -> str:
     name = f"{isvc} ({component}) in {namespace}"
     step: dict[str, Any] = {}
 

@@ -60,6 +60,8 @@ def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
         "revisions": _versions(observed.revisions),
         "podgroups": None if observed.podgroups is None else _versions(observed.podgroups),
         "budgets": None if observed.budgets is None else _versions(observed.budgets),
+        # What the other members of its rollout group let it do.
+        "group": None if observed.group is None else observed.group.for_fingerprint(),
         # What a migration reads of the nodes (never their resourceVersion, which every
         # kubelet heartbeat moves).
         "nodes": None if observed.nodes is None else {

@@ -23,6 +23,7 @@ from omegitops.lifecycle.retries import held, start_wait
 from omegitops.lifecycle.updates import changes_no_container, open_update, update_mode
 from omegitops.lifecycle.work import Work
 from omegitops.model.budgets import scaled_value
+from omegitops.model.groups import GroupView
 from omegitops.model.partition import partition_held
 from omegitops.model.state import Gate, Hold, Json, Mode, Phase, Row, Strategy
 from omegitops.util.times import format_time
@@ -62,6 +63,10 @@ class RolloutDecision:
       nothing starts.
     - ``canary``: the canary's current step (lifecycle/canary.py), whose count of
       Instances on the new revision replaces the partition while it holds.
+    - ``group``: the rollout group as the pass observed it (lifecycle/groups.py): its
+      count of Instances on the new revision caps the partition too; ``group_held``:
+      the Instances only the group holds; ``group_reason``: the group's own budget
+      that kept a candidate waiting.
     """
 
     target: str
@@ -79,6 +84,9 @@ class RolloutDecision:
     pending: bool
     paused: tuple[Pause, ...] = ()
     canary: Canary | None = None
+    group: GroupView | None = None
+    group_held: frozenset[int] = frozenset()
+    group_reason: str | None = None
 
     @property
     def starts(self) -> tuple[Move, ...]:
@@ -124,8 +132,15 @@ def decide_rollout(work: Work) -> RolloutDecision:
     canary = _canary(work, target)
     # "A canary's current step replaces your partition" (update-strategies.txt).
     partition = partition_of(canary, desired, lifecycle.settings.partition)
+    group = work.observed.group
+    own_partition = partition
+    if group is not None:
+        # No member runs ahead of its group: the group's count caps this one's too.
+        partition = max(partition, desired - group.allowed)
     strategy = lifecycle.strategy
     max_surge = scaled_value(lifecycle.settings.max_surge, desired)
+    if work.observed.group is not None and work.observed.group.blue_green:
+        max_surge = None  # blue-green: the whole new set comes up beside the old
     max_unavailable = scaled_value(lifecycle.settings.max_unavailable, desired)
     surge_slots, notes, frees = surge_in_use(work)
     surge_before = surge_slots
@@ -138,6 +153,10 @@ def decide_rollout(work: Work) -> RolloutDecision:
     if step_ends is not None:
         wakes.append(step_ends)
     holds = frozenset(partition_held(work.rows.values(), target, partition))
+    group_held = frozenset() if group is None else holds - frozenset(
+        partition_held(work.rows.values(), target, own_partition))
+    group_reasons: list[str] = []
+    group_surge = group_down = 0
     paused = _pauses(work)
     # A paused rollout starts nothing; what is already moving goes on (advance).
     candidates = [] if paused else [row for row in work.rows.values()
@@ -167,7 +186,12 @@ def decide_rollout(work: Work) -> RolloutDecision:
                                f"(would become {surge_slots + 1})" + "".join(
                                    f"; {note}" for note in notes))
                 continue
+            if group is not None and group.surge_room is not None and cost \
+                    and group_surge + 1 > group.surge_room:
+                group_reasons.append(_group_budget(group, "surge"))
+                continue
             surge_slots += cost
+            group_surge += cost
         else:
             # A move that changes no container (a pod label alone) takes nothing out
             # of service, so it costs no unavailability budget.
@@ -177,11 +201,16 @@ def decide_rollout(work: Work) -> RolloutDecision:
                 reasons.append(f"per-Component unavailability budget {max_unavailable} "
                                f"exhausted (would become {down + 1})")
                 continue
+            if costs and group is not None and group.unavailable_room is not None \
+                    and group_down + 1 > group.unavailable_room:
+                group_reasons.append(_group_budget(group, "unavailability"))
+                continue
             if costs:
+                group_down += 1
                 down += 1
                 down_rows.add(row.index)
         moves.append(Move(row.index, mode))
-    if reasons:
+    if reasons or group_reasons:
         wakes.extend(frees)
     refused = {move.index for move in moves if move.mode is None}
     # Instances still to move (not refused, not held) keep the component busy.
@@ -189,15 +218,25 @@ def decide_rollout(work: Work) -> RolloutDecision:
                    if r.revision != target and r.index not in holds
                    and r.surge_of is None and r.phase != Phase.DELETING
                    and r.index not in refused and r.refused != target]
+    # Held by the group while another member can still move: the rollout is under way.
+    group_waits = group is not None and group.moving and any(
+        r.revision != target and r.surge_of is None and r.phase != Phase.DELETING
+        for r in work.rows.values() if r.index in group_held)
     return RolloutDecision(
         target=target, partition=partition, held=holds, max_surge=max_surge,
         max_unavailable=max_unavailable, surge_in_use=surge_before, surge_after=surge_slots,
         unavailable=down_before, unavailable_after=down, moves=tuple(moves),
         hold_reason=reasons[0] if reasons else None, wakes=tuple(wakes),
         # A timed canary pause ends by itself: the rollout is still under way.
-        pending=(bool(outstanding) or step_ends is not None) and not held(work, target)
-        and not paused,
-        paused=paused, canary=canary)
+        pending=(bool(outstanding) or step_ends is not None or group_waits)
+        and not held(work, target) and not paused,
+        paused=paused, canary=canary, group=group, group_held=group_held,
+        group_reason=group_reasons[0] if group_reasons else None)
+
+
+def _group_budget(group: GroupView, kind: str) -> str:
+    return (f"rollout group {group.name}'s {kind} budget is used up across its members "
+            f"({', '.join(group.members)})")
 
 
 def _canary(work: Work, target: str) -> Canary | None:
@@ -266,6 +305,8 @@ def _hold_gate(work: Work, decision: RolloutDecision) -> tuple[Gate, str] | None
         return Gate.PAUSED, _pause_reason(work, decision)
     if decision.hold_reason is not None:
         return Gate.BUDGET, decision.hold_reason
+    if decision.group_reason is not None:
+        return Gate.GROUP, decision.group_reason
     if decision.starts or _moving(work, decision.target):
         return None
     if held(work, decision.target) and any(
@@ -279,10 +320,25 @@ def _hold_gate(work: Work, decision: RolloutDecision) -> tuple[Gate, str] | None
         indices = ", ".join(str(i) for i in decision.refused)
         return Gate.IN_PLACE_ONLY, (f"InPlaceOnly strategy but diff exceeds container "
                                     f"images (Instances {indices})")
+    waiting = [r for r in work.rows.values() if r.index in decision.group_held
+               and r.revision != decision.target and r.surge_of is None
+               and r.phase != Phase.DELETING]
+    if decision.group is not None and waiting:
+        return Gate.GROUP, _group_reason(decision.group, len(waiting), decision.target)
     canary = decision.canary
     if canary is not None and canary.waits_on_pause and decision.held:
         return Gate.CANARY_STEP, _canary_reason(work, canary, len(decision.held))
     return None
+
+
+def _group_reason(group: GroupView, waiting: int, target: str) -> str:
+    """Which group holds the component, how many of its Instances wait, for whom."""
+    text = (f"rollout group {group.name} ({', '.join(group.members)}) lets {group.allowed} "
+            f"Instance{'' if group.allowed == 1 else 's'} onto {target}; {waiting} "
+            f"wait{'s' if waiting == 1 else ''}")
+    if group.waits_for:
+        text += f" for {group.waits_for}"
+    return f"{text}: {group.why}" if group.why else text
 
 
 def _canary_reason(work: Work, canary: Canary, waiting: int) -> str:

@@ -76,6 +76,10 @@ def component_status(work: Work, rows: list[Row], previous: Json,
     if canary is not None:
         # The current step, since when, what it waits for (lifecycle/canary.py).
         status["canary"] = canary.for_storage()
+    group = rollout.decision.group
+    if group is not None:
+        # The group it moves in, what it lets onto the new revision, whom it waits for.
+        status["group"] = group.for_storage()
     return status
 
 
@@ -140,6 +144,12 @@ def _ready(desired: DesiredComponent, rows: list[Row], counts: dict[str, int], w
         return FALSE, "InsufficientServing", f"{serving}/{want} Instances serving"
     staged = _staged(desired, rows, want, rollout.partition)
     canary = rollout.decision.canary
+    group = rollout.decision.group
+    if staged and group is not None and rollout.decision.group_held:
+        # The rollout group, not a partition of the user's, holds the rest.
+        text = staged.replace(f"Staged at partition {rollout.partition}",
+                              f"Rollout group {group.name}")
+        return TRUE, "RolloutGroup", f"{text}; waits for {group.waits_for}: {group.why}"
     if staged and canary is not None and not canary.done:
         # The canary's step, not a partition of the user's, holds the rest.
         text = staged.replace(f"Staged at partition {rollout.partition}",

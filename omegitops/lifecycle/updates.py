@@ -249,12 +249,18 @@ def _single_surge_create(work: Work, row: Row, pods: _SurgePods) -> Row:
 def _single_surge_wait_ready(work: Work, row: Row, pods: _SurgePods) -> Row:
     new_live = pods.new_live
     if new_live and all(P.containers_ready(p) for p in new_live):
+        if _preview(work, row):
+            # Blue-green: the new pod stays out of rotation until the group switches.
+            return row.step_to(Step.SURGE_WAIT_AVAILABLE)
         work.route(new_live, True)
         return row.step_to(Step.SURGE_WAIT_AVAILABLE, served=True)
     return row
 
 
 def _single_surge_wait_available(work: Work, row: Row, pods: _SurgePods) -> Row:
+    if _preview(work, row):
+        return row.step_to(Step.HAND_OVER) if _preview_available(work, pods.new_live) \
+            else row
     # A pass cut short after recording this step may not have put the new pod into
     # rotation: do it now (as finish_when_available does), or this waits forever.
     work.route(pods.new_live, True)
@@ -262,7 +268,36 @@ def _single_surge_wait_available(work: Work, row: Row, pods: _SurgePods) -> Row:
 
 
 def _single_hand_over(work: Work, row: Row, pods: _SurgePods) -> Row:
+    group = work.observed.group
+    if _preview(work, row) and group is not None:
+        if not group.switch:
+            # Blue-green: the old pod serves until every member's new set is Available.
+            return row.with_op(waiting=f"the switch of rollout group {group.name}: "
+                                       f"{group.why}")
+        work.route(pods.new_live, True)
+        row = row.with_op(served=True, waiting=None)
     return hand_over(work, row, pods.old.live)
+
+
+def _preview(work: Work, row: Row) -> bool:
+    """A blue-green group's surge: its new pods come up out of rotation, and serving
+    switches to them with every other member's (lifecycle/groups.py)."""
+    group = work.observed.group
+    return group is not None and group.blue_green and row.op.mode == Mode.SURGE \
+        and row.op.target_revision == work.desired.revision
+
+
+def _preview_available(work: Work, pods: list[Json]) -> bool:
+    """All ``pods``' containers Ready for minReadySeconds, out of rotation (their Ready
+    condition waits for the serving gate, which the switch sets)."""
+    if not pods or not all(P.containers_ready(p) for p in pods):
+        return False
+    since = max(P.condition(p, "ContainersReady")[1] or 0.0 for p in pods)
+    end = since + work.lifecycle.min_ready_seconds
+    if work.now >= end:
+        return True
+    work.wake(end)
+    return False
 
 
 def _single_drain_old(work: Work, row: Row, pods: _SurgePods) -> Row:

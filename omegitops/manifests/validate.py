@@ -197,6 +197,7 @@ def service_errors(
                                               f"({runtime.path}: spec.disabled: true)"))
         return errors
     runtime_data = runtime.data if runtime else None
+    errors.extend(group_errors(service, runtime_data, operator))
     for component in components_of(service.data, runtime_data):
         mode = resolve_mode(service.data, runtime_data, component, operator)
         if mode.value != OMENATIVE:
@@ -224,6 +225,92 @@ def service_errors(
             warnings.extend(_image_warnings(service, lifecycle, rendered["templates"]))
             warnings.extend(_gang_fit_warnings(service, lifecycle, rendered["templates"]))
     return errors
+
+
+GROUPS: tuple[str | int, ...] = ("spec", "rollout", "groups")
+
+
+def group_errors(service: Manifest, runtime: dict[str, Any] | None,
+                 operator: OperatorSettings) -> list[ManifestError]:
+    """Rollout groups whose members cannot move as one: a component in two groups, one
+    the service does not run, one not on OMENative (nothing of omegitops moves it), and a
+    canary that moves only some members of a group (docs/behaviour.md "Rollout groups")."""
+    groups = dig(service.data, GROUPS)
+    if not isinstance(groups, list):
+        return []
+    runs = components_of(service.data, runtime)
+    canary = dig(service.data, ("spec", "rollout", "canary"))
+    canaried = canary.get("components") if isinstance(canary, dict) else None
+    first: dict[str, str] = {}
+    errors = []
+    for number, group in enumerate(groups):
+        if not isinstance(group, dict):
+            continue
+        name = group.get("name")
+        members = group.get("components") or []
+        for place, member in enumerate(members):
+            where = (*GROUPS, number, "components", place)
+            if member in first:
+                errors.append(service.error(where, (
+                    f"{member} is in rollout group {first[member]} already: a component "
+                    "moves in one group")))
+                continue
+            first[member] = str(name)
+            if member not in runs:
+                errors.append(service.error(where, (
+                    f"{member} is not a component of the service (it runs "
+                    f"{', '.join(runs) or 'none'})")))
+            elif resolve_mode(service.data, runtime, member, operator).value != OMENATIVE:
+                errors.append(service.error(where, (
+                    f"{member} does not run on OMENative: omegitops moves only OMENative "
+                    "components, so it cannot move in a group")))
+            elif group.get("strategy") == "blueGreen":
+                errors.extend(_blue_green_member_errors(
+                    service, where, resolve_component(service.data, runtime, member,
+                                                      operator)))
+        if group.get("strategy") == "blueGreen":
+            errors.extend(_blue_green_errors(service, number, group, canary, canaried))
+        if isinstance(canaried, list):
+            partly = [m for m in members if m in canaried]
+            if partly and len(partly) < len(members):
+                errors.append(service.error((*GROUPS, number, "components"), (
+                    f"the canary (spec.rollout.canary.components) moves "
+                    f"{', '.join(partly)} but not the rest of rollout group {name}: "
+                    "a group's members take the canary's steps together")))
+    return errors
+
+
+def _blue_green_errors(service: Manifest, number: int, group: dict[str, Any],
+                       canary: object, canaried: object) -> list[ManifestError]:
+    """A blue-green group switches at once: no canary steps, no budget of its own."""
+    errors = []
+    members = group.get("components") or []
+    if isinstance(canary, dict) and (not isinstance(canaried, list)
+                                     or any(m in canaried for m in members)):
+        errors.append(service.error((*GROUPS, number, "strategy"), (
+            f"rollout group {group.get('name')} switches at once (blueGreen): a canary's "
+            "steps cannot move it; leave its members out of spec.rollout.canary.components")))
+    for key in BUDGET_FIELDS:
+        if key in group:
+            errors.append(service.error((*GROUPS, number, key), (
+                f"a blueGreen group brings up every member's whole new set at once: "
+                f"{key} has nothing to bound")))
+    return errors
+
+
+def _blue_green_member_errors(service: Manifest, where: tuple[str | int, ...],
+                              lifecycle: ComponentLifecycle) -> list[ManifestError]:
+    """A blue-green member surges each Instance beside its old one: a single-pod
+    Instance under SurgeThenDrain (a gang's switch is not done yet)."""
+    member = lifecycle.component
+    if lifecycle.settings.strategy != SURGE_THEN_DRAIN:
+        return [service.error(where, (
+            f"{member} updates by {lifecycle.settings.strategy}: a blueGreen group "
+            f"brings its new set up beside the old, which takes SurgeThenDrain"))]
+    if lifecycle.shape == GANG:
+        return [service.error(where, (
+            f"{member} runs gangs: a blueGreen group of gangs is not done yet"))]
+    return []
 
 
 def _not_found(service: Manifest, name: str, runtimes: dict) -> str:

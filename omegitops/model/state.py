@@ -63,6 +63,9 @@ class Gate(StrEnum):
     # A canary step holds the rest of the Instances on their revision while it waits
     # (a timed pause, or a promotion: lifecycle/canary.py).
     CANARY_STEP = "CanaryStep"
+    # The component's rollout group holds it: another member is behind, or the group's
+    # own budget is used up (lifecycle/groups.py).
+    GROUP = "Group"
 
 
 class StoredHold(TypedDict):

@@ -514,6 +514,8 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
         # The canary's steps, each with the Instances it lets onto the new revision and
         # its pause, and the step the first pass leaves it at (lifecycle/canary.py).
         "canary": None,
+        # The rollout group it moves in (spec.rollout.groups): name, members, strategy.
+        "group": None,
         "pacing": None,
     }
     desired, observed, plan = planned.desired, planned.observed, planned.plan
@@ -550,11 +552,22 @@ def component_view(planned: PlannedComponent) -> dict[str, Any]:
         view.update(pausedBy=described(plan.decision.paused), toMove=0,
                     heldByPause=view["toMove"])
     view["canary"] = canary_view(lifecycle, status, revision["old"] != revision["new"])
+    view["group"] = group_view(lifecycle)
     view["pacing"] = pacing(lifecycle, hold, rows)
     # What the reviewer asks first: does this component change at all?
     view["changed"] = bool(revision["old"] != revision["new"] or view["lifecycleChanges"]
                            or view["changes"])
     return view
+
+
+def group_view(lifecycle: ComponentLifecycle) -> dict[str, Any] | None:
+    """The rollout group the component moves in, as the plan names it."""
+    found = lifecycle.fields.get("group")
+    group = found.value if found is not None else None
+    if not isinstance(group, dict):
+        return None
+    return {"name": group.get("name"), "members": list(group.get("components") or []),
+            "strategy": group.get("strategy") or "rolling"}
 
 
 def canary_view(lifecycle: ComponentLifecycle, status: dict[str, Any],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from omegitops.model.groups import GroupView
 from omegitops.model.replica import replica_name
 from omegitops.model.state import Json
 from omegitops.render.resolve import ComponentLifecycle
@@ -60,3 +61,6 @@ class ObservedComponent:
     nodes: dict[str, Json] | None = None
     # Its PodDisruptionBudget by name, where one is kept (None: not on this cluster).
     budgets: dict[str, Json] | None = None
+    # The rollout group it moves in, as the pass observed every member
+    # (lifecycle/groups.py); None when it moves alone.
+    group: GroupView | None = None

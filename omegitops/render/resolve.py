@@ -297,6 +297,7 @@ def _fields(
     fields["migrationPolicy.mode"] = pick("migrationPolicy.mode", default="Auto")
     fields["paused"] = _paused(isvc, pick("paused", default=False))
     fields["canary.steps"] = _canary_steps(isvc, component)
+    fields["group"] = _group(isvc, component)
     fields.update(_operator_fields(isvc, operator))
     return fields
 
@@ -326,6 +327,20 @@ def _canary_steps(isvc: Json, component: str) -> Resolved:
     if isinstance(named, list) and component not in named:
         return Resolved(None, DEFAULT)
     return Resolved(canary["steps"], ISVC, (*CANARY, "steps"))
+
+
+GROUPS = ("spec", "rollout", "groups")
+
+
+def _group(isvc: Json, component: str) -> Resolved:
+    """The rollout group ``component`` moves in (``spec.rollout.groups``): its name, its
+    members and its own budgets; None when it moves alone. validate refuses a component
+    in two groups; the first wins here."""
+    groups = dig(isvc, GROUPS)
+    for number, group in enumerate(groups if isinstance(groups, list) else []):
+        if isinstance(group, dict) and component in (group.get("components") or []):
+            return Resolved(group, ISVC, (*GROUPS, number))
+    return Resolved(None, DEFAULT)
 
 
 def _operator_fields(isvc: Json, operator: OperatorSettings) -> dict[str, Resolved]:

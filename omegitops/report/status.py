@@ -341,7 +341,10 @@ def _unsettled(view: dict, rows: list[Row], staged: bool = False) -> list[str]:
         if reasons:
             reasons.append(paused)
     elif view["rolloutHold"] and canary is None:
-        reasons.append("rollout held")
+        hold = view["rolloutHold"]
+        # A member its rollout group holds says whom it waits for.
+        reasons.append(f"held: {hold.get('reason')}" if hold.get("gate") == "Group"
+                       else "rollout held")
     return reasons
 
 
