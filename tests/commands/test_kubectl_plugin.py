@@ -8,6 +8,7 @@ restart-policy.txt) and as ``kubectl ome rollout pause`` (min-ready-seconds.txt)
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +53,11 @@ def kubectl(control_plane, tmp_path):
     scenario, change = backend.converged(replicas=2, grace=2)
     env = control_plane.env(_kubeconfig(control_plane, tmp_path / "kubeconfig",
                                         scenario.namespace))
-    env["PATH"] = f"{_plugin_folder(tmp_path / 'plugins')}:{env.get('PATH', '')}"
+    # Only this checkout's plugin: another kubectl-ome on PATH (the one `pip install -e`
+    # put beside python) would be "overshadowed", which `kubectl plugin list` reports.
+    others = [p for p in env.get("PATH", "").split(os.pathsep)
+              if p and not (Path(p) / "kubectl-ome").exists()]
+    env["PATH"] = os.pathsep.join([str(_plugin_folder(tmp_path / "plugins")), *others])
 
     def run(*args: str, code: int = 0) -> str:
         done = subprocess.run([str(control_plane.kubectl), *args], env=env, text=True,
