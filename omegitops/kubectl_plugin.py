@@ -109,18 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=EXAMPLES["rollout status"],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = rollouts.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb, text, func in (("pause", "start no new update until resumed", run_pause),
-                             ("resume", "lift a pause made with rollout pause", run_resume),
-                             ("promote", "end the current canary step's pause", run_promote),
+    for verb, text, func in (("pause", "start no new update until resumed", run_change),
+                             ("resume", "lift a pause made with rollout pause", run_change),
+                             ("promote", "end the current canary step's pause", run_change),
                              ("status", "the rollout's progress; waits for its end",
                               run_rollout_status)):
         sub = _verb(verbs, f"rollout {verb}", text)
         sub.add_argument("isvc", metavar="NAME", help="the InferenceService")
         _component(sub)
         if verb in ("pause", "promote"):
-            sub.add_argument("--by", default=None,
-                             help="who does it, as the status shows (default: the login "
-                                  "name)")
+            rollout.add_by_arg(sub, "who does it, as the status shows")
         if verb == "status":
             rollout.add_status_args(sub)
         sub.set_defaults(func=func)
@@ -312,33 +310,13 @@ def run_status(args: argparse.Namespace) -> int:
 # -- rollout ----------------------------------------------------------------------------
 
 
-def _by(args: argparse.Namespace) -> str:
-    import getpass
-
-    return str(args.by or getpass.getuser())
-
-
-def run_pause(args: argparse.Namespace) -> int:
-    namespace = _one_object(args, "rollout pause")
-    _no_output(args, "rollout pause")
+def run_change(args: argparse.Namespace) -> int:
+    """``rollout pause``, ``resume`` or ``promote``, in the context's namespace."""
+    what = f"rollout {args.verb}"
+    namespace = _one_object(args, what)
+    _no_output(args, what)
     with opened(args, namespace) as cluster:
-        print(rollout.pause(cluster, namespace, args.isvc, args.component, _by(args)))
-    return 0
-
-
-def run_resume(args: argparse.Namespace) -> int:
-    namespace = _one_object(args, "rollout resume")
-    _no_output(args, "rollout resume")
-    with opened(args, namespace) as cluster:
-        print(rollout.resume(cluster, namespace, args.isvc, args.component))
-    return 0
-
-
-def run_promote(args: argparse.Namespace) -> int:
-    namespace = _one_object(args, "rollout promote")
-    _no_output(args, "rollout promote")
-    with opened(args, namespace) as cluster:
-        print(rollout.promote(cluster, namespace, args.isvc, args.component, _by(args)))
+        print(rollout.change(cluster, namespace, args))
     return 0
 
 

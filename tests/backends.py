@@ -126,6 +126,11 @@ class Driver:
         does: through the scale subresource on the control plane."""
         raise NotImplementedError
 
+    def cluster(self):
+        """The scenario's cluster, as a person running a command reaches it (the
+        admin's credentials, no Lease)."""
+        raise NotImplementedError
+
 
 class SimDriver(Driver):
     simulated = True
@@ -144,19 +149,20 @@ class SimDriver(Driver):
     def now(self) -> datetime:
         return self.inner.now()
 
-    def lift_gate(self, pod: str) -> None:
+    def cluster(self):
         from omegitops.cluster.sim import SimCluster
 
-        with SimCluster(self.inner.path) as cluster:
+        return SimCluster(self.inner.path)
+
+    def lift_gate(self, pod: str) -> None:
+        with self.cluster() as cluster:
             body = cluster.get_object("Pod", self.namespace, pod)
             body["spec"]["schedulingGates"] = []
             cluster.replace_object(body)
 
     def scale(self, replicas: int, name: str = NAME) -> None:
-        from omegitops.cluster.sim import SimCluster
-
         # The simulated API server has no subresources: the count is the object's field.
-        with SimCluster(self.inner.path) as cluster:
+        with self.cluster() as cluster:
             body = cluster.get_object("InferenceReplica", self.namespace, name)
             body["spec"]["replicas"] = replicas
             cluster.replace_object(body)
@@ -180,24 +186,27 @@ class KubeDriver(Driver):
     def now(self) -> datetime:
         return datetime.now(UTC)
 
+    def cluster(self):
+        from omegitops.cluster.kube import KubeCluster
+
+        return KubeCluster(api_client=self.inner.cp.admin, lease=False)
+
     def lift_gate(self, pod: str) -> None:
         from omegitops.cluster.base import POD
-        from omegitops.cluster.kube import KubeCluster
         from omegitops.cluster.kube.resources import RESOURCES
         from omegitops.cluster.kube.rest import MERGE_PATCH
 
-        admin = KubeCluster(api_client=self.inner.cp.admin, lease=False)
-        admin.rest.request("PATCH", RESOURCES[POD].path(self.namespace, pod), what="admit",
-                           body={"spec": {"schedulingGates": None}}, content_type=MERGE_PATCH)
+        self.cluster().rest.request("PATCH", RESOURCES[POD].path(self.namespace, pod),
+                                    what="admit", body={"spec": {"schedulingGates": None}},
+                                    content_type=MERGE_PATCH)
 
     def scale(self, replicas: int, name: str = NAME) -> None:
         from omegitops.cluster.base import INFERENCE_REPLICA
-        from omegitops.cluster.kube import KubeCluster
         from omegitops.cluster.kube.resources import RESOURCES
         from omegitops.cluster.kube.rest import MERGE_PATCH
 
         # What ``kubectl scale`` and the HPA controller write: the scale subresource.
-        admin = KubeCluster(api_client=self.inner.cp.admin, lease=False)
+        admin = self.cluster()
         path = RESOURCES[INFERENCE_REPLICA].path(self.namespace, name, "scale")
         admin.rest.request("PATCH", path, what="scale", body={"spec": {"replicas": replicas}},
                            content_type=MERGE_PATCH)

@@ -46,23 +46,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     pause = verbs.add_parser("pause", help="start no new update until resumed")
     _common_args(pause)
-    pause.add_argument("--by", default=None,
-                       help="who pauses it, as the hold shows (default: the login name)")
-    pause.set_defaults(func=run_pause)
+    add_by_arg(pause, "who pauses it, as the hold shows")
+    pause.set_defaults(func=run_change)
     resume = verbs.add_parser("resume", help="lift a pause made with rollout pause")
     _common_args(resume)
-    resume.set_defaults(func=run_resume)
+    resume.set_defaults(func=run_change)
     promote = verbs.add_parser("promote", help="end the current canary step's pause")
     _common_args(promote)
-    promote.add_argument("--by", default=None,
-                         help="who promotes it, as the status shows (default: the login name)")
-    promote.set_defaults(func=run_promote)
+    add_by_arg(promote, "who promotes it, as the status shows")
+    promote.set_defaults(func=run_change)
     status = verbs.add_parser("status", help="the rollout's progress; waits for its end")
     _common_args(status)
     add_status_args(status)
     status.add_argument("-o", "--output", choices=["json", "yaml"], default=None,
                         help="the last look as a document (default: lines of progress)")
     status.set_defaults(func=run_status)
+
+
+def add_by_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--by", default=None, help=f"{what} (default: the login name)")
+
+
+def who(args: argparse.Namespace) -> str:
+    """``--by``, else the login name."""
+    return str(args.by or getpass.getuser())
 
 
 def add_status_args(parser: argparse.ArgumentParser) -> None:
@@ -146,12 +153,12 @@ def promote(cluster: Any, namespace: str, isvc: str, component: str, by: str) ->
     rollout group promotes the group: every member its InferenceReplica's
     ``status.group`` names, each at its own step (they take the steps together)."""
     status = read_replica(cluster, namespace, isvc, component).get("status") or {}
-    group = status.get("group") if isinstance(status.get("group"), dict) else None
-    members = [str(m) for m in (group or {}).get("members") or []] or [component]
+    group = status.get("group")
+    if not isinstance(group, dict):
+        return _promote_one(cluster, namespace, isvc, component, by)
+    members = [str(m) for m in group.get("members") or []]
     if component not in members:
         members.insert(0, component)
-    if group is None:
-        return _promote_one(cluster, namespace, isvc, component, by)
     said = []
     for member in members:
         try:
@@ -209,23 +216,19 @@ def _annotate(cluster: Any, namespace: str, isvc: str, component: str,
                          "try again")
 
 
-def run_pause(args: argparse.Namespace) -> int:
-    by = args.by or getpass.getuser()
+def change(cluster: Any, namespace: str, args: argparse.Namespace) -> str:
+    """What ``rollout pause``, ``resume`` or ``promote`` (``args.verb``) writes on the
+    InferenceReplica; what to print. ``kubectl ome rollout`` runs the same."""
+    if args.verb == "pause":
+        return pause(cluster, namespace, args.isvc, args.component, who(args))
+    if args.verb == "resume":
+        return resume(cluster, namespace, args.isvc, args.component)
+    return promote(cluster, namespace, args.isvc, args.component, who(args))
+
+
+def run_change(args: argparse.Namespace) -> int:
     with open_cluster(args.cluster, exclusive=False) as cluster:
-        print(pause(cluster, args.namespace, args.isvc, args.component, by))
-    return 0
-
-
-def run_promote(args: argparse.Namespace) -> int:
-    by = args.by or getpass.getuser()
-    with open_cluster(args.cluster, exclusive=False) as cluster:
-        print(promote(cluster, args.namespace, args.isvc, args.component, by))
-    return 0
-
-
-def run_resume(args: argparse.Namespace) -> int:
-    with open_cluster(args.cluster, exclusive=False) as cluster:
-        print(resume(cluster, args.namespace, args.isvc, args.component))
+        print(change(cluster, args.namespace, args))
     return 0
 
 

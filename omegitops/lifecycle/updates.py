@@ -259,8 +259,8 @@ def _single_surge_wait_ready(work: Work, row: Row, pods: _SurgePods) -> Row:
 
 def _single_surge_wait_available(work: Work, row: Row, pods: _SurgePods) -> Row:
     if _preview(work, row):
-        return row.step_to(Step.HAND_OVER) if _preview_available(work, pods.new_live) \
-            else row
+        ready = _available(work, pods.new_live, "ContainersReady")
+        return row.step_to(Step.HAND_OVER) if ready else row
     # A pass cut short after recording this step may not have put the new pod into
     # rotation: do it now (as finish_when_available does), or this waits forever.
     work.route(pods.new_live, True)
@@ -287,19 +287,6 @@ def _preview(work: Work, row: Row) -> bool:
         and row.op.target_revision == work.desired.revision
 
 
-def _preview_available(work: Work, pods: list[Json]) -> bool:
-    """All ``pods``' containers Ready for minReadySeconds, out of rotation (their Ready
-    condition waits for the serving gate, which the switch sets)."""
-    if not pods or not all(P.containers_ready(p) for p in pods):
-        return False
-    since = max(P.condition(p, "ContainersReady")[1] or 0.0 for p in pods)
-    end = since + work.lifecycle.min_ready_seconds
-    if work.now >= end:
-        return True
-    work.wake(end)
-    return False
-
-
 def _single_drain_old(work: Work, row: Row, pods: _SurgePods) -> Row:
     return drain_old(work, row, pods.old.pods)
 
@@ -322,11 +309,14 @@ SINGLE_SURGE_STEPS: dict[Step, Callable[[Work, Row, _SurgePods], Row]] = {
 }
 
 
-def _available(work: Work, pods: list[Json]) -> bool:
-    """All ``pods`` Ready for minReadySeconds (waking when the window ends)."""
-    if not pods or not all(P.is_ready(p) for p in pods):
+def _available(work: Work, pods: list[Json], condition: str = "Ready") -> bool:
+    """All ``pods`` Ready for minReadySeconds (waking when the window ends). A blue-green
+    group's new pods, out of rotation until the switch, count by ``ContainersReady``:
+    their Ready condition waits for the serving gate, which the switch sets."""
+    if not pods or not all(not P.is_terminating(p) and P.condition(p, condition)[0]
+                           for p in pods):
         return False
-    since = max(P.condition(p, "Ready")[1] or 0.0 for p in pods)
+    since = max(P.condition(p, condition)[1] or 0.0 for p in pods)
     end = since + work.lifecycle.min_ready_seconds
     if work.now >= end:
         return True

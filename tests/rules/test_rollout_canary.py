@@ -29,19 +29,9 @@ STEPS = {"canary": {"steps": [{"replicas": 1, "pause": {"duration": "20s"}},
                               {"replicas": "100%"}]}}
 
 
-def _cluster(s):
-    """The scenario's cluster, as a person running the command reaches it."""
-    if s.simulated:
-        from omegitops.cluster.sim import SimCluster
-
-        return SimCluster(s.inner.path)
-    from omegitops.cluster.kube import KubeCluster
-
-    return KubeCluster(api_client=s.inner.cp.admin, lease=False)
-
 
 def _promote(s, by: str = "release@example.com") -> str:
-    with _cluster(s) as cluster:
+    with s.cluster() as cluster:
         return rollout.promote(cluster, s.namespace, "svc", "engine", by)
 
 

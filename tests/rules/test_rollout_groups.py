@@ -106,16 +106,6 @@ def _settled(s) -> bool:
         and not s.results[-1].busy
 
 
-def _cluster(s):
-    if s.simulated:
-        from omegitops.cluster.sim import SimCluster
-
-        return SimCluster(s.inner.path)
-    from omegitops.cluster.kube import KubeCluster
-
-    return KubeCluster(api_client=s.inner.cp.admin, lease=False)
-
-
 def _reached(step: int):
     def reached(s) -> bool:
         return all((s.status(n).get("canary") or {}).get("step") == step
@@ -142,7 +132,7 @@ def test_a_group_canary_moves_the_engine_and_the_decoder_in_step(backend):
     scenario.advance(30)
     scenario.run_pass()
     assert (_moved(scenario, ENGINE), _moved(scenario, DECODER)) == (2, 1)
-    with _cluster(scenario) as cluster:
+    with scenario.cluster() as cluster:
         said = rollout.promote(cluster, scenario.namespace, "svc", "engine", "release")
     assert said.startswith("rollout group pd: every member takes the step"), said
     assert "svc (decoder)" in said and "promoted by release" in said, said

@@ -27,24 +27,14 @@ RECREATE = {"restartPolicy": "RecreateInstanceOnPodRestart"}
 PAUSED = {**SURGE, "paused": True}
 
 
-def _cluster(s):
-    """The scenario's cluster, as a person running the command reaches it."""
-    if s.simulated:
-        from omegitops.cluster.sim import SimCluster
-
-        return SimCluster(s.inner.path)
-    from omegitops.cluster.kube import KubeCluster
-
-    return KubeCluster(api_client=s.inner.cp.admin, lease=False)
-
 
 def _pause(s, by: str = "oncall@example.com") -> str:
-    with _cluster(s) as cluster:
+    with s.cluster() as cluster:
         return rollout.pause(cluster, s.namespace, "svc", "engine", by)
 
 
 def _resume(s) -> str:
-    with _cluster(s) as cluster:
+    with s.cluster() as cluster:
         return rollout.resume(cluster, s.namespace, "svc", "engine")
 
 
