@@ -21,6 +21,7 @@ from omegitops.cli import _log_to_stderr, _run, _tolerant_output
 from omegitops.cluster.base import INFERENCE_REPLICA
 from omegitops.commands import instance, rollout
 from omegitops.commands.common import print_json, print_yaml, table
+from omegitops.render.templates import MANAGED
 from omegitops.util.errors import UsageError
 from omegitops.util.extras import require
 
@@ -262,7 +263,10 @@ def run_list(args: argparse.Namespace) -> int:
             return 0
         replicas = [r for r in cluster.list_objects(INFERENCE_REPLICA, labels)
                     if _wanted(r, namespace, args.isvc, args.component)]
-        found = [(r, instance.live_rows(cluster, r, *_where(r))) for r in replicas]
+        # One LIST of the managed pods for all the components shown.
+        pods = cluster.list_pods(MANAGED) if replicas else []
+        found = [(r, instance.live_rows(cluster, r, *_where(r), listed=pods))
+                 for r in replicas]
     _print_many(found, args.output, across=namespace is None)
     return 0
 

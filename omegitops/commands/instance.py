@@ -133,17 +133,21 @@ def list_table(rows: list[dict]) -> str:
 
 
 def live_rows(cluster: Any, replica: dict, namespace: str, isvc: str,
-              component: str) -> list[dict]:
+              component: str, listed: list[dict] | None = None) -> list[dict]:
     """The InferenceReplica's rows with each Instance's pods as the cluster has them
     now: the rows are written ahead of the pods a pass creates (a new surge pod is not
-    in them until the next pass), and a pod that cannot go shows as terminating."""
+    in them until the next pass), and a pod that cannot go shows as terminating.
+    ``listed``: the managed pods already listed (several components shown at once make
+    one LIST, not one each); else the component's are listed."""
     rows = instance_rows(replica)
     pods: dict[int, list[dict]] = {}
     selector = {LABEL_ISVC: isvc, LABEL_COMPONENT: component, MANAGED_BY: MANAGER}
-    for pod in cluster.list_pods(selector):
+    for pod in cluster.list_pods(selector) if listed is None else listed:
         meta = pod.get("metadata") or {}
-        index = (meta.get("labels") or {}).get(LABEL_INDEX, "")
-        if meta.get("namespace") == namespace and index.isdigit():
+        labels = meta.get("labels") or {}
+        index = labels.get(LABEL_INDEX, "")
+        if meta.get("namespace") == namespace and index.isdigit() and all(
+                labels.get(key) == value for key, value in selector.items()):
             pods.setdefault(int(index), []).append(pod)
     return [row if row["index"] not in pods else {**row, "pods": _live_pods(pods[row["index"]])}
             for row in rows]
