@@ -91,6 +91,8 @@ class Observation:
     podgroups: dict[ComponentKey, dict[str, dict[str, Any]]] | None = None
     # Every node by name, for the migrations off those going away (None: not listed).
     nodes: dict[str, dict[str, Any]] | None = None
+    # The names of the nodes that take pods (not cordoned), sorted: with ``nodes``.
+    open_nodes: list[str] = field(default_factory=list)
     # The components' PodDisruptionBudgets, kept where the nodes are listed (None: not).
     budgets: dict[ComponentKey, dict[str, dict[str, Any]]] | None = None
 
@@ -106,12 +108,12 @@ class Observation:
             revisions=self.revisions.get(key, []),
             services=self.services.get(key, {}),
             podgroups=groups,
-            nodes=_nodes_of(self.nodes, pods),
+            nodes=_nodes_of(self.nodes, self.open_nodes, pods),
             budgets=None if self.budgets is None else self.budgets.get(key, {}),
         )
 
 
-def _nodes_of(nodes: dict[str, dict[str, Any]] | None,
+def _nodes_of(nodes: dict[str, dict[str, Any]] | None, open_nodes: list[str],
               pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
     """The nodes ``pods`` run on, and whether any other node takes pods at all (a
     cluster cordoned whole has nowhere to migrate to): under the key ``""``."""
@@ -119,9 +121,15 @@ def _nodes_of(nodes: dict[str, dict[str, Any]] | None,
         return None
     names = {(p.get("spec") or {}).get("nodeName") for p in pods}
     chosen = {name: nodes[name] for name in sorted(n for n in names if n and n in nodes)}
-    open_nodes = [n for n in nodes.values() if not (n.get("spec") or {}).get("unschedulable")]
-    chosen[""] = {"open": sorted(n["metadata"]["name"] for n in open_nodes)}
+    chosen[""] = {"open": open_nodes}
     return chosen
+
+
+def _take_nodes(seen: Observation, nodes: dict[str, dict[str, Any]] | None) -> None:
+    """File the nodes, and which take pods, once a pass rather than once a component."""
+    seen.nodes = nodes
+    seen.open_nodes = sorted(name for name, node in (nodes or {}).items()
+                             if not (node.get("spec") or {}).get("unschedulable"))
 
 
 def list_nodes(cluster: Cluster) -> dict[str, dict[str, Any]] | None:
@@ -176,7 +184,7 @@ def observe(cluster: Cluster) -> Observation:
                           threads=cluster.lists_side_by_side)
     for kind, objects in listed.items():
         _file(seen, kind, objects)
-    seen.nodes = list_nodes(cluster)
+    _take_nodes(seen, list_nodes(cluster))
     return seen
 
 
@@ -196,7 +204,7 @@ def observe_keys(cluster: Cluster, seen: Observation, keys: set[ComponentKey]) -
         seen.replicas.pop((namespace, replica_name(isvc, component)), None)
     for kind in observed_kinds(cluster):
         _file(seen, kind, cluster.list_keyed(kind, MANAGED, keys, KEPT.get(kind)))
-    seen.nodes = list_nodes(cluster)
+    _take_nodes(seen, list_nodes(cluster))
 
 
 def _file(seen: Observation, kind: str, objects: list[dict[str, Any]]) -> None:
