@@ -307,6 +307,26 @@ def test_a_failed_attempt_steers_the_next_one_off_its_node(tmp_path):
     assert pod["spec"]["nodeName"] != new_pod["spec"]["nodeName"]
 
 
+
+def test_migration_policy_never_turns_the_steering_off(tmp_path):
+    """restart-policy.txt: the moves off a failed attempt's node "need
+    autoMigrate.maxAttempts ... A component's lifecycle.migrationPolicy.mode: Never turns
+    them off": the same failure as above, and the next attempt may land anywhere."""
+    values = {"lifecycle": {"instanceReadyTimeout": "5m"}, "autoMigrate": {"maxAttempts": 3}}
+    scenario, change = make(tmp_path, replicas=1, values=values,
+                            lifecycle={"migrationPolicy": {"mode": "Never"}})
+    change(image="sglang:v2", lifecycle={"migrationPolicy": {"mode": "Never"}})
+    scenario.until(lambda s: (rows(s)[0]["operation"] or {}).get("step") == "SurgeWaitReady")
+    new_pod = next(p for p in scenario.pods() if p["metadata"]["name"].endswith("-1"))
+    scenario.fault("hang", pod=new_pod["metadata"]["name"])
+    scenario.until(lambda s: bool(s.events("UpdateFailed")))
+    row = rows(scenario)[0]
+    assert row["lastFailure"]["reason"] == "DeadlineExceeded"
+    assert "avoidNodes" not in row
+    scenario.until_idle()
+    for pod in scenario.pods():
+        assert "nodeAffinity" not in (pod["spec"].get("affinity") or {}), pod["metadata"]["name"]
+
 def test_an_ended_pod_is_recycled_while_creating(tmp_path):
     repo = tmp_path / "repo"
     write_service(repo, replicas=1)
