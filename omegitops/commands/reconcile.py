@@ -227,7 +227,7 @@ def _reconcile(args: argparse.Namespace, loaded, items, report_dir, repository: 
 def _warn_what_needs_a_person(report: dict) -> int:
     """One WARNING line per component that is Degraded or waits for a person, with what
     to do; how many there are. A staged canary is a person's choice, said at INFO."""
-    from omegitops.report.status import DEGRADED
+    from omegitops.report.status import DEGRADED, STAGED
 
     count = 0
     for service in report["services"]:
@@ -237,7 +237,7 @@ def _warn_what_needs_a_person(report: dict) -> int:
             where = {"namespace": service["namespace"], "service": service["name"],
                      "component": component["component"]}
             needs = component.get("needsPerson") or []
-            urgent = [n for n in needs if n["reason"] != "Staged"]
+            urgent = [n for n in needs if n["reason"] != STAGED]
             for need in needs:
                 level = logging.WARNING if need in urgent else logging.INFO
                 log.log(level, "%s/%s %s: %s: %s; to move it: %s", service["namespace"],

@@ -424,7 +424,7 @@ def needs_person(item: ServiceComponent, name: str, view: dict,
     out = []
     component = item.lifecycle.component
     if staged:
-        out.append({"reason": "Staged", "text": staged_text(staged),
+        out.append({"reason": STAGED, "text": staged_text(staged),
                     "action": f"set {_partition_field(item)} to 0, or remove it, to finish "
                               "the rollout"})
     stalled = _condition(view, "RolloutStalled")
