@@ -9,6 +9,7 @@ in the next run, which starts at the first schedule tick after the last one ende
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -64,6 +65,7 @@ def cadence(schedule: str = SHIPPED_SCHEDULE,
     return Cadence(schedule, period, job_seconds)
 
 
+@functools.cache  # the same schedule is read for every plan of a run
 def _longest_wait(schedule: str) -> float:
     fields = schedule.split()
     if fields and fields[0].startswith(("CRON_TZ=", "TZ=")):
