@@ -10,6 +10,7 @@ test_watches.py``) cover watches on the real server.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
@@ -85,6 +86,42 @@ def test_gone_lists_again_and_counts_everything_as_changed():
     finally:
         stop.set()
         watched.stop()
+
+
+class ClosedUnderneath(Stream):
+    """A watch stream whose connection the client closed as the stream ended, a
+    moment before the stop came: shutting its socket raises EBADF, as a real
+    closed socket's ``shutdown`` does."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.reading = threading.Event()
+        self.ended = threading.Event()
+
+    def stream(self, amt=None, decode_content=None):
+        self.reading.set()
+        self.ended.wait(10)
+        yield b""
+
+    def shutdown(self) -> None:
+        self.ended.set()
+        closed = socket.socket()
+        closed.close()
+        closed.shutdown(socket.SHUT_RD)  # OSError: [Errno 9] Bad file descriptor
+
+
+def test_a_stop_after_the_stream_closed_its_connection_stops_quietly():
+    # Seen at the end of a run in the shipped CronJob: the run failed with "Bad file
+    # descriptor" after its passes were done.
+    opened = ClosedUnderneath()
+    watched = WatchedKind(RESOURCES["Pod"], None, key_of, Changes(), lambda: ([], "1"),
+                          lambda **_: opened)
+    watched.fill([], "1")
+    watched.start()
+    assert opened.reading.wait(10)
+    watched.stop()
+    assert not watched.running
+    assert opened.ended.is_set()
 
 
 def test_an_answer_older_than_the_store_does_not_replace_it():

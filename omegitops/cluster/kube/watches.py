@@ -196,7 +196,7 @@ class WatchedKind:
             watcher.stop()
             response = getattr(watcher, "_resp", None)
             if response is not None and hasattr(response, "shutdown"):
-                response.shutdown()  # unblocks the read in the watch thread
+                _unblock(response)
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -354,3 +354,15 @@ def _later(va: str, vb: str) -> bool:
     if va.isdigit() and vb.isdigit():
         return int(va) > int(vb)
     return True
+
+
+def _unblock(response: object) -> None:
+    """Shut the watch's connection so that a read blocked on it in the watch thread
+    returns. The stream may have ended meanwhile (the server closed it, the client
+    released or closed the connection): its socket is then closed, and shutting it
+    raises EBADF, or urllib3 refuses a connection back in the pool. Nothing is
+    blocked on it then, and the stop goes on."""
+    try:
+        response.shutdown()  # type: ignore[attr-defined]
+    except (OSError, RuntimeError, ValueError) as err:
+        log.debug("watch connection already closed: %s", err)
