@@ -139,13 +139,35 @@ def _built_when_available(work: Work, row: Row) -> Row:
     return row if done is None else done.but(attempts=None, retry_at=None)
 
 
+def previews(work: Work, operation: Operation | None) -> bool:
+    """Whether ``operation`` is a blue-green group's surge before its switch: the new
+    pods it brings up stay out of rotation until every member's new set is Available,
+    then serving switches to them all in one pass (lifecycle/groups.py)."""
+    group = work.observed.group
+    return (group is not None and group.blue_green and operation is not None
+            and operation.type == OperationType.UPDATE and operation.mode == Mode.SURGE
+            and operation.target_revision == work.desired.revision
+            and not operation.served)
+
+
+def in_preview(work: Work, row: Row) -> bool:
+    """A gang's replacement Instance that a blue-green surge brings up: out of rotation
+    until the switch, Ready once its containers have been ready for minReadySeconds
+    (its pods' Ready condition waits for the serving gate, which the switch sets)."""
+    if row.surge_of is None:
+        return False
+    source = work.rows.get(row.surge_of)
+    return source is not None and previews(work, source.operation)
+
+
 def enter_rotation_when_ready(work: Work, row: Row) -> Row:
     """WaitReady: once the containers of all the Instance's pods are ready, every pod
     gets the serving gate in the same pass, so a gang enters rotation together."""
     pods = work.instance(row)
     if not pods.containers_ready():
         return row
-    work.route(pods.live, True)
+    if not in_preview(work, row):
+        work.route(pods.live, True)
     return row.step_to(Step.WAIT_AVAILABLE)
 
 
@@ -153,11 +175,14 @@ def finish_when_available(work: Work, row: Row, verb: str) -> Row | None:
     """Ready once every pod has been Ready for minReadySeconds; the window starts
     over when a pod stops being Ready. The Ready row, or None while it waits."""
     pods = work.instance(row)
-    # The Instance was admitted to rotation whole at WaitReady; a gate lost since (a
-    # write that failed) is put back on every pod, ready or not, so a gang is never
-    # left partly in rotation. A pod that is not ready serves nothing either way.
-    work.route(pods.live, True)
-    since = pods.ready_since()
+    if in_preview(work, row):
+        since = pods.containers_ready_since() if pods.containers_ready() else None
+    else:
+        # The Instance was admitted to rotation whole at WaitReady; a gate lost since (a
+        # write that failed) is put back on every pod, ready or not, so a gang is never
+        # left partly in rotation. A pod that is not ready serves nothing either way.
+        work.route(pods.live, True)
+        since = pods.ready_since()
     if since is None:
         return None
     available_at = since + work.lifecycle.min_ready_seconds

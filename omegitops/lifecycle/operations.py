@@ -14,6 +14,7 @@ from omegitops.lifecycle.bringup import (
     clear_leftovers,
     enter_rotation_when_ready,
     finish_when_available,
+    in_preview,
     new_row,
     ready_to_build,
 )
@@ -145,7 +146,7 @@ def rest(work: Work, row: Row) -> None:
     """An Instance with no operation: a Ready one whose pods are all ready stays
     in rotation as a whole (a pod the kubelet restarted gets its gate back)."""
     pods = work.instance(row)
-    if row.phase == Phase.READY and pods.containers_ready():
+    if row.phase == Phase.READY and pods.containers_ready() and not in_preview(work, row):
         work.route(pods.live, True)
     if row.phase == Phase.READY and row.revision == work.desired.revision \
             and not work.desired.gang:

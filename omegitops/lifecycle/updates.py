@@ -24,6 +24,7 @@ from omegitops.lifecycle.bringup import (
     finish_when_available,
     new_row,
     out_of_rotation,
+    previews,
     reached,
     recreate,
 )
@@ -282,9 +283,7 @@ def _single_hand_over(work: Work, row: Row, pods: _SurgePods) -> Row:
 def _preview(work: Work, row: Row) -> bool:
     """A blue-green group's surge: its new pods come up out of rotation, and serving
     switches to them with every other member's (lifecycle/groups.py)."""
-    group = work.observed.group
-    return group is not None and group.blue_green and row.op.mode == Mode.SURGE \
-        and row.op.target_revision == work.desired.revision
+    return previews(work, replace(row.op, served=False))
 
 
 def _single_drain_old(work: Work, row: Row, pods: _SurgePods) -> Row:
@@ -557,7 +556,17 @@ def _gang_wait_available(work: Work, row: Row, replacement: Row,
 
 def _gang_hand_over(work: Work, row: Row, replacement: Row,
                     source: InstancePods) -> tuple[Row, Outcome]:
-    if stopped_serving(work, replacement):
+    if _preview(work, row) and not row.op.served:
+        # Blue-green: the replacement, Ready out of rotation, starts serving only with
+        # every other member's new set; the old Instance serves until then.
+        group = work.observed.group
+        assert group is not None  # _preview says so
+        if not group.switch:
+            return row.with_op(waiting=f"the switch of rollout group {group.name}: "
+                                       f"{group.why}"), Outcome.KEPT
+        work.route(work.instance(replacement).live, True)
+        row = row.with_op(served=True, waiting=None)
+    elif stopped_serving(work, replacement):
         # Not handed over yet: the source keeps serving while the replacement recovers.
         return row.step_to(Step.SURGE_WAIT_AVAILABLE), Outcome.KEPT
     return hand_over(work, row, source.live), Outcome.KEPT

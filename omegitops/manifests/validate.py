@@ -300,16 +300,13 @@ def _blue_green_errors(service: Manifest, number: int, group: dict[str, Any],
 
 def _blue_green_member_errors(service: Manifest, where: tuple[str | int, ...],
                               lifecycle: ComponentLifecycle) -> list[ManifestError]:
-    """A blue-green member surges each Instance beside its old one: a single-pod
-    Instance under SurgeThenDrain (a gang's switch is not done yet)."""
+    """A blue-green member surges each Instance beside its old one (a single pod's new
+    pod, a gang's replacement Instance): under SurgeThenDrain."""
     member = lifecycle.component
     if lifecycle.settings.strategy != SURGE_THEN_DRAIN:
         return [service.error(where, (
             f"{member} updates by {lifecycle.settings.strategy}: a blueGreen group "
             f"brings its new set up beside the old, which takes SurgeThenDrain"))]
-    if lifecycle.shape == GANG:
-        return [service.error(where, (
-            f"{member} runs gangs: a blueGreen group of gangs is not done yet"))]
     return []
 
 

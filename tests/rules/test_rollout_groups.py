@@ -322,3 +322,41 @@ def test_a_blue_green_group_switches_every_member_at_once(backend):
     scenario.until(_settled, seconds=400)
     assert max(peak) == 4, peak  # the whole new set beside the old
     assert scenario.status(ENGINE)["group"]["strategy"] == "blueGreen"
+
+
+def test_a_blue_green_group_of_gangs_switches_every_member_at_once(backend):
+    """A gang member of a blue-green group brings up a whole replacement Instance at a
+    new index beside each old one (the multi-pod surge of update-strategies.txt), its
+    leader and workers out of rotation, Ready once their containers have been ready for
+    minReadySeconds; serving switches to every member's new set in one pass, then the
+    old Instances drain whole. After every pass no new pod serves before the switch."""
+    one = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
+    service = _service(replicas=2, workers=1, lifecycle=one, decoder_lifecycle=one,
+                       decoder_startup=60)
+    scenario, change = backend.converged(**service)
+    old_indices = {r["index"] for r in _rows(scenario, ENGINE)}
+    change(**{**service, "image": "sglang:v2",
+              "rollout": {"groups": [{**PD, "strategy": "blueGreen"}]}})
+    names = (ENGINE, DECODER)
+    switched_at: list[int] = []
+
+    def handed(s, name: str) -> int:
+        target = _target(s, name)
+        return sum(1 for r in _rows(s, name) if r["revision"] == target
+                   or (r.get("operation") or {}).get("handedOver"))
+
+    def at_once(s):
+        count = sum(handed(s, n) for n in names)
+        total = sum(_count(s, n) for n in names)
+        assert count in (0, total), {n: handed(s, n) for n in names}
+        serving_new = [p["metadata"]["name"] for n in names for p in s.pods(f"{n}-")
+                       if P.revision_of(p) == _target(s, n) and P.gate_set(p)]
+        assert count or not serving_new, serving_new
+        if count and not switched_at:
+            switched_at.append(len(s.results))
+    scenario.watches.append(at_once)
+    scenario.until(_settled, seconds=400)
+    assert switched_at
+    new_indices = {r["index"] for r in _rows(scenario, ENGINE)}
+    assert not new_indices & old_indices, (old_indices, new_indices)
+    assert {r["incarnation"] for r in _rows(scenario, ENGINE)} == {1}
