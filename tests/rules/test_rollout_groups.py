@@ -360,3 +360,36 @@ def test_a_blue_green_group_of_gangs_switches_every_member_at_once(backend):
     new_indices = {r["index"] for r in _rows(scenario, ENGINE)}
     assert not new_indices & old_indices, (old_indices, new_indices)
     assert {r["incarnation"] for r in _rows(scenario, ENGINE)} == {1}
+
+
+def test_the_plan_forecasts_a_group_canary_in_step(tmp_path, cli):
+    """The PR plan's forecast runs the group's passes: the gantt draws each member's
+    operations and its canary pauses, no member's Instance operation starts past the
+    step the group is at, and both stop at the promotion with their own counts."""
+    scenario, change = converged(tmp_path, **_service(rollout={"groups": [PD]}))
+    change(**_service(image="sglang:v2",
+                      rollout={"groups": [PD], "canary": {"steps": STEPS}}))
+    code, out, err = cli("plan", "--repo", str(scenario.repo),
+                         "--cluster", f"sim:{scenario.path}")
+    assert code in (0, 2), err
+    gantt = out.split("```mermaid", 1)[1].split("```", 1)[0]
+    sections = {}
+    for line in gantt.splitlines():
+        line = line.strip()
+        if line.startswith("section "):
+            current = sections.setdefault(line.removeprefix("section "), [])
+        elif sections and ":" in line:
+            current.append(line)
+    assert set(sections) == {"demo/svc engine", "demo/svc decoder"}, gantt
+    for name, bars in sections.items():
+        labels = [bar.split(":", 1)[0] for bar in bars]
+        assert any(label.startswith("Canary step 1 pause 20s") for label in labels), bars
+        assert labels[-1].startswith("Canary step 2 waits for promotion"), bars
+        # Before step 1's pause ends, only step 1's Instance of each member moved.
+        pause_end = next(int(bar.rsplit(",", 1)[1]) for bar in bars
+                         if bar.startswith("Canary step 1"))
+        early = [bar for bar in bars if bar.startswith("Instance")
+                 and int(bar.rsplit(",", 2)[1]) < pause_end]
+        assert len(early) == 1, (name, bars)
+    assert "demo/svc decoder: 1/2 Instances updated" in out, out
+    assert "demo/svc engine: 2/4 Instances updated" in out, out
