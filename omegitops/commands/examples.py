@@ -24,9 +24,10 @@ EXAMPLES: dict[tuple[str, ...], list[str]] = {
     ],
     ("reconcile",): [
         "omegitops reconcile --repo examples --until-idle   # the simulated cluster, until idle",
-        "omegitops reconcile --repo https://github.com/acme/models.git --branch main "
-        "--cluster kube --until-idle --max-seconds 900 --report-dir status "
-        "--report-branch omegitops-status --commit --push",
+        ("omegitops reconcile --repo https://github.com/acme/models.git --branch main "
+         "--cluster kube --until-idle --max-seconds 900"),
+        ("omegitops reconcile --repo . --report-dir status --report-branch omegitops-status "
+         "--commit --push"),
     ],
     ("merge-reports",): [
         "omegitops merge-reports shards/0 shards/1 shards/2 --expect 3 --report-dir status",
