@@ -44,11 +44,24 @@ RUN apt-get update \
 # host, never in the URL or on the command line. The author of report commits
 # is `reconcile --author` (default "omegitops <omegitops@localhost>").
 
-# Install the package (and only what it needs: see .dockerignore).
+# Install the package (and only what it needs: see .dockerignore). Its dependencies,
+# and setuptools that builds it, come from requirements.lock: exact versions, each
+# file checked against its sha256, so that two builds of one commit install the same
+# bytes. The package itself goes on top with nothing more (--no-deps), built by the
+# locked setuptools (--no-build-isolation); pip check fails the build if the lock no
+# longer satisfies pyproject.toml. Regenerate the lock after changing the
+# dependencies:
+#
+#   pip-compile --generate-hashes --allow-unsafe --strip-extras --extra kube \
+#     --extra git --all-build-deps --no-emit-index-url --no-emit-find-links \
+#     --output-file requirements.lock pyproject.toml
 WORKDIR /src
+COPY requirements.lock ./
+RUN pip install --no-cache-dir --require-hashes -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY omegitops ./omegitops
-RUN pip install --no-cache-dir '.[all]' \
+RUN pip install --no-cache-dir --no-deps --no-build-isolation '.[all]' \
+    && pip check \
     && rm -rf /src
 
 # A numeric, unprivileged user, so that Kubernetes' runAsNonRoot can check it.

@@ -16,7 +16,7 @@ import sys
 
 from omegitops import __version__
 from omegitops.app.stopping import Interrupted, interrupted_by, orderly_stop
-from omegitops.commands import COMMANDS
+from omegitops.commands import COMMANDS, completion, examples
 from omegitops.util.errors import OmegitopsError, UsageError, os_error_text
 from omegitops.util.logformat import FORMATS, formatter
 
@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.register(subparsers)
+    # Last: its script describes every command registered above.
+    completion.register(subparsers, parser)
+    examples.attach(parser)
     _kubectl_habits(parser, top=True)
     return parser
 

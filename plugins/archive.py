@@ -4,7 +4,7 @@ so that the same launcher gives the same bytes on any machine and the manifest's
 sha256 can be checked in the tests (tests/project/test_krew_manifest.py) and at a
 release (.github/workflows/release.yml), which uploads it.
 
-    python3 plugins/archive.py dist/kubectl-ome.zip   # prints the sha256
+    python3 plugins/archive.py krew/kubectl-ome.zip   # prints the sha256
 """
 
 from __future__ import annotations

@@ -49,6 +49,20 @@ def print_yaml(data: Any) -> None:
     yaml.safe_dump(data, sys.stdout, sort_keys=False, default_flow_style=False)
 
 
+# What every command's -o takes for its structured output (docs/commands.md), next to
+# its own human formats (table, text, markdown, wide, name).
+STRUCTURED = ("json", "yaml")
+
+
+def print_structured(data: Any, output: str) -> None:
+    """``-o json`` or ``-o yaml``: the same document either way. YAML is written from
+    the JSON's values, so that a value JSON writes as text (a time) reads the same."""
+    if output == "yaml":
+        print_yaml(json.loads(json.dumps(data, default=str)))
+    else:
+        print_json(data)
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A kubectl-style table: upper-case headers, columns padded by three spaces."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]

@@ -11,7 +11,7 @@ import argparse
 from datetime import datetime
 
 from omegitops.cluster import DEFAULT_CLUSTER, open_cluster
-from omegitops.commands.common import print_json, table
+from omegitops.commands.common import STRUCTURED, print_structured, table
 from omegitops.report.views import age, managed_events
 
 
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-n", "--namespace", default=None)
     parser.add_argument("--reason", default=None, help="only Events with this reason")
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER)
-    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument("-o", "--output", choices=["table", *STRUCTURED], default="table")
     parser.set_defaults(func=run)
 
 
@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
         now = cluster.now()
     views = [v for v in views
              if args.namespace in (None, v["namespace"]) and args.reason in (None, v["reason"])]
-    if args.output == "json":
-        print_json(views)
+    if args.output in STRUCTURED:
+        print_structured(views, args.output)
     else:
         print(events_table(views, now))
     return 0

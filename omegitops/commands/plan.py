@@ -28,11 +28,12 @@ from omegitops.app.untilidle import IDLE, run_until_idle
 from omegitops.cluster import open_cluster, sim_path
 from omegitops.cluster.sim import SimCluster
 from omegitops.commands.common import (
+    STRUCTURED,
     add_repo_args,
     branch_name,
     cache_dir,
     output_file,
-    print_json,
+    print_structured,
     report_folder,
     seconds,
 )
@@ -79,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="with --base, the branch the job commits its report onto "
                              "(reconcile --report-branch): the report is read from origin/B "
                              "(else B) rather than from REF")
-    parser.add_argument("-o", "--output", choices=["markdown", "json"], default="markdown")
+    parser.add_argument("-o", "--output", choices=["markdown", *STRUCTURED], default="markdown")
     parser.add_argument("--max-chars", type=int, default=None, metavar="N",
                         help="Markdown of at most N characters, changed components left out "
                              "whole (and named) past it: 65000 fits a GitHub comment, "
@@ -130,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
                 args.cluster, items, Path(scratch), budget, args.cadence)
     document = plan_document(loaded, planned, cluster, outlook, skipped, removed)
     print_errors(document["planningErrors"])
-    if args.output == "json":
-        print_json(document)
+    if args.output in STRUCTURED:
+        print_structured(document, args.output)
     else:
         sys.stdout.write(render_markdown(document, args.max_chars))
     # One plan, several readers (the comment, the summary, an artifact), as Atlantis

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegitops.cluster import DEFAULT_CLUSTER, sim_path
 from omegitops.cluster.sim import FaultKind, SimCluster
-from omegitops.commands.common import print_json, seconds, table
+from omegitops.commands.common import STRUCTURED, print_structured, seconds, table
 from omegitops.util.errors import ClusterError, UsageError
 from omegitops.util.times import format_time, parse_time
 
@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     show = verbs.add_parser("show", help="list the simulated cluster's pods")
     _cluster_arg(show)
-    show.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    show.add_argument("-o", "--output", choices=["table", *STRUCTURED], default="table")
     show.set_defaults(func=run_show)
 
 
@@ -102,8 +102,8 @@ def run_show(args: argparse.Namespace) -> int:
         now = cluster.now()
         pods = sorted(cluster.list_pods(), key=lambda p: (p["metadata"]["namespace"],
                                                            p["metadata"]["name"]))
-    if args.output == "json":
-        print_json({"now": format_time(now.timestamp()), "pods": pods})
+    if args.output in STRUCTURED:
+        print_structured({"now": format_time(now.timestamp()), "pods": pods}, args.output)
         return 0
     print(table(["namespace", "name", "node", "phase", "status", "ready", "restarts", "age"],
                 [_row(pod, now.timestamp()) for pod in pods]))

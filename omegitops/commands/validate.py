@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from omegitops.commands.common import add_repo_args, cache_dir, print_json, table
+from omegitops.commands.common import (
+    STRUCTURED,
+    add_repo_args,
+    cache_dir,
+    print_structured,
+    table,
+)
 from omegitops.manifests.load import Loaded, load
 from omegitops.manifests.repository import INFERENCE_SERVICE
 from omegitops.render.resolve import OMENATIVE, components_of, resolve_mode
@@ -13,7 +19,7 @@ from omegitops.render.resolve import OMENATIVE, components_of, resolve_mode
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("validate", help="validate the repository's manifests")
     add_repo_args(parser)
-    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    parser.add_argument("-o", "--output", choices=["text", *STRUCTURED], default="text")
     parser.set_defaults(func=run)
 
 
@@ -47,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     result = loaded.result
     modes = service_modes(loaded)
     valid = sorted(result.valid, key=lambda m: m.id)
-    if args.output == "json":
-        print_json({
+    if args.output in STRUCTURED:
+        print_structured({
             "repository": str(loaded.root),
             "operatorValues": loaded.values_path,
             "valid": [
@@ -66,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                              for f in loaded.repo.skipped_files],
             "errors": [e.to_dict() for e in result.errors],
             "warnings": [e.to_dict() for e in result.warnings],
-        })
+        }, args.output)
         return 0 if result.ok else 1
     services = sum(1 for m in valid if m.id.kind == INFERENCE_SERVICE)
     print(
