@@ -73,7 +73,7 @@ def install_omegitops(cp: ControlPlane, nodes: int = NODES) -> None:
                     module_dir(SCHEDULER_PLUGINS) / "config" / "crd" / "bases"
                     / "scheduling.x-k8s.io_podgroups.yaml"])
     cp.create_namespace(JOB_NAMESPACE)
-    cp.apply_file(PIPELINES / "rbac.yaml")
+    cp.apply_file(PIPELINES / "common" / "rbac.yaml")
     cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
 
 

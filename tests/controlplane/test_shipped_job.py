@@ -74,7 +74,7 @@ def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path)
     the CronJob's own security context. Before the schemas were package data it died
     with FileNotFoundError on the first schema."""
     cp = node_cluster
-    cronjob = yaml.safe_load((PIPELINES / "cronjob.yaml").read_text())
+    cronjob = yaml.safe_load((PIPELINES / "cronjob" / "cronjob.yaml").read_text())
     template = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     shipped = template["containers"][0]
     # The examples reach the pod as a read-only host folder the job's user can read.
@@ -129,9 +129,9 @@ def examples_remote(cp, name: str) -> tuple[str, Path]:
 
 
 def shipped_cronjob(repo_url: str, max_seconds: str) -> dict:
-    """pipelines/cronjob.yaml as shipped, but for the repository's URL, the run's
+    """pipelines/cronjob/cronjob.yaml as shipped, but for the repository's URL, the run's
     budget and a node selector for the real node."""
-    cronjob = yaml.safe_load((PIPELINES / "cronjob.yaml").read_text())
+    cronjob = yaml.safe_load((PIPELINES / "cronjob" / "cronjob.yaml").read_text())
     pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     pod["nodeSelector"] = ON_THE_NODE
     env = pod["containers"][0]["env"]
