@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES, REPO_ROOT
+from conftest import JOB_NAMESPACE, JOB_USER, REPO_ROOT
 from kubernetes import client as k8s
 from test_job import (
     LEASE,
