@@ -41,7 +41,9 @@ build_helm() {
     trap 'rm -rf "$tmp"' EXIT
     start=$(date +%s)
     echo "helm: building helm.sh/helm/v4/cmd/helm ($(go version | cut -d' ' -f3))" >&2
-    (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' \
+    # `helm version` says the module's version, as a released helm does.
+    (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X \
+      helm.sh/helm/v4/internal/version.version=$(go list -m -f '{{.Version}}' helm.sh/helm/v4)" \
       -o "$tmp/helm" helm.sh/helm/v4/cmd/helm)
     mv "$tmp/helm" "$bin/helm"
     rm -rf "$tmp"

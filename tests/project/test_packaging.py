@@ -158,7 +158,7 @@ def test_each_base_holds_its_scheduler_and_what_it_needs(kubectl, scheduler):
 def readme_overlay() -> str:
     """The kustomization pipelines/README.md shows a user writing."""
     text = (PIPELINES / "README.md").read_text(encoding="utf-8")
-    (block,) = re.findall(r"<!-- overlay -->\n```yaml\n(.*?)```", text, re.S)
+    (block,) = re.findall(r"<!-- overlay -->\n```yaml\n(.*?)```", text, re.DOTALL)
     return block
 
 
