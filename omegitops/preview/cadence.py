@@ -1,6 +1,6 @@
 """How often the scheduled job runs, and for how long: what a rollout's forecast is paced by.
 
-The shipped pipelines (``pipelines/cronjob.yaml``, ``pipelines/argo/``) run
+The shipped pipelines (``pipelines/cronjob/cronjob.yaml``, ``pipelines/argo/``) run
 ``reconcile --until-idle --max-seconds 900`` every five minutes, one run at a
 time (``concurrencyPolicy: Forbid``): a rollout longer than one run's budget goes on
 in the next run, which starts at the first schedule tick after the last one ended.

@@ -39,6 +39,8 @@ import yaml
 HERE = Path(__file__).resolve().parent
 SCHEMA = HERE.parents[1] / "schemas" / "inferencereplica.schema.json"
 OUTPUT = HERE / "inferencereplica-crd.yaml"
+# The Helm chart carries the same file (a chart cannot read files outside itself).
+OUTPUTS = (OUTPUT, HERE.parent / "chart" / "omegitops" / "crds" / "inferencereplica-crd.yaml")
 # What ``kubectl explain`` says of each field, by its path (not beside the CRD, which
 # ``kubectl apply -f pipelines/crds/`` applies whole).
 DESCRIPTIONS = HERE.parents[1] / "schemas" / "inferencereplica-descriptions.yaml"
@@ -200,14 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = render()
     if args.check:
-        current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
-        if current != text:
-            print(f"{OUTPUT} is out of date: run python pipelines/crds/generate.py",
+        stale = [out for out in OUTPUTS
+                 if (out.read_text(encoding="utf-8") if out.exists() else "") != text]
+        for out in stale:
+            print(f"{out} is out of date: run python pipelines/crds/generate.py",
                   file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUTPUT}")
+        return 1 if stale else 0
+    for out in OUTPUTS:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}")
     return 0
 
 

@@ -262,7 +262,7 @@ def bench(workdir: Path, services: int, instances: int, min_ready: int, trials: 
                      cpu=str(GPUS_PER_NODE * 9), memory=f"{GPUS_PER_NODE * 40}Gi")
         cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml"])
         cp.create_namespace(JOB_NAMESPACE)
-        cp.apply_file(PIPELINES / "rbac.yaml")
+        cp.apply_file(PIPELINES / "common" / "rbac.yaml")
         for number in range(counts["namespaces"]):
             cp.create_namespace(f"team-{number:02d}")
         for namespace in ("bench", "peer"):

@@ -6,6 +6,11 @@
 # module proxy, at the versions go.mod and go.sum beside this script pin; and
 # kubectl from the same k8s.io/kubernetes, for the `kubectl ome` plugin's tests.
 #
+# `build.sh helm` builds only Helm (helm.sh/helm/v4/cmd/helm), for the chart's
+# tests, from the module in helm/ beside this script: Helm brings k8s.io modules
+# of its own versions, which would fight the control plane's in one module. Its
+# binary goes to the same cache, keyed by helm/go.mod and helm/go.sum.
+#
 # The binaries go to a cache keyed by go.sum, so a machine builds them once:
 #   ${OMEGITOPS_CONTROLPLANE_CACHE:-~/.cache/omegitops/controlplane}/<go.sum hash>/bin
 # The last line printed is that bin folder. Nothing is rebuilt when it is complete;
@@ -23,6 +28,30 @@ binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok kubele
 mkdir -p "$cache"
 exec 9>"$cache/build.lock"
 flock 9
+
+# Helm from its own module (see the top), on its own key; prints its bin folder.
+build_helm() {
+  local module="$here/helm" key bin tmp start
+  key="$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -c1-16)"
+  bin="$cache/helm-$key/bin"
+  if [ ! -x "$bin/helm" ]; then
+    need_go
+    mkdir -p "$bin"
+    tmp="$(mktemp -d "$cache/helm-$key/build.XXXXXX")"
+    trap 'rm -rf "$tmp"' EXIT
+    start=$(date +%s)
+    echo "helm: building helm.sh/helm/v4/cmd/helm ($(go version | cut -d' ' -f3))" >&2
+    # `helm version` says the module's version, as a released helm does.
+    (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X \
+      helm.sh/helm/v4/internal/version.version=$(go list -m -f '{{.Version}}' helm.sh/helm/v4)" \
+      -o "$tmp/helm" helm.sh/helm/v4/cmd/helm)
+    mv "$tmp/helm" "$bin/helm"
+    rm -rf "$tmp"
+    trap - EXIT
+    echo "helm: built in $(( $(date +%s) - start )) s into $bin" >&2
+  fi
+  echo "$bin"
+}
 
 complete() {
   for name in "${binaries[@]}"; do [ -x "$bin/$name" ] || return 1; done
@@ -53,6 +82,11 @@ build_kubectl() {
   rm -rf "$scratch"
   trap - EXIT
 }
+
+if [ "${1:-}" = helm ]; then
+  build_helm
+  exit 0
+fi
 
 if complete; then
   [ -x "$bin/kubectl" ] || build_kubectl

@@ -62,6 +62,16 @@ def build_control_plane() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def build_helm() -> Path:
+    """Helm, built from its own Go module by ``build.sh helm`` when it is not cached."""
+    done = subprocess.run(["bash", str(HERE / "build.sh"), "helm"], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"building helm failed:\n{done.stderr[-4000:]}")
+    sys.stderr.write(done.stderr)
+    return Path(done.stdout.strip().splitlines()[-1]) / "helm"
+
+
 def install_omegitops(cp: ControlPlane, nodes: int = NODES) -> None:
     """KWOK's GPU nodes, OME's CRDs (when ../shared has them), the InferenceReplica and
     PodGroup CRDs, the job's namespace and the RBAC of ``pipelines/``."""
@@ -73,7 +83,7 @@ def install_omegitops(cp: ControlPlane, nodes: int = NODES) -> None:
                     module_dir(SCHEDULER_PLUGINS) / "config" / "crd" / "bases"
                     / "scheduling.x-k8s.io_podgroups.yaml"])
     cp.create_namespace(JOB_NAMESPACE)
-    cp.apply_file(PIPELINES / "rbac.yaml")
+    cp.apply_file(PIPELINES / "common" / "rbac.yaml")
     cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
 
 

@@ -10,7 +10,7 @@ Usage::
 
     with ControlPlane(bin_dir, workdir) as cp:
         cp.add_nodes(4, gpus=8)
-        cp.apply_file(Path("pipelines/rbac.yaml"))
+        cp.apply_file(Path("pipelines/common/rbac.yaml"))
         kubeconfig = cp.service_account_kubeconfig("omegitops", "omegitops")
 
 ``admin`` is an ``ApiClient`` in the ``system:masters`` group, for setting up

@@ -39,7 +39,7 @@ def control_plane(tmp_path_factory):
         cp.add_nodes(NODES, gpus=GPUS)
         cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml"])
         cp.create_namespace(JOB_NAMESPACE)
-        cp.apply_file(PIPELINES / "rbac.yaml")
+        cp.apply_file(PIPELINES / "common" / "rbac.yaml")
         cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
         yield cp
 

@@ -18,11 +18,15 @@ EXAMPLES = REPO_ROOT / "examples"
 
 
 def cronjob_argv(env: dict[str, str]) -> list[str]:
-    """The command line of pipelines/cronjob.yaml, with its $(VAR) references expanded
-    from the container's env as the kubelet expands them (``env`` overrides values)."""
-    cronjob = yaml.safe_load((PIPELINES / "cronjob.yaml").read_text())
+    """The command line of pipelines/cronjob/cronjob.yaml, with its $(VAR) references expanded
+    from the container's env as the kubelet expands them: the settings ConfigMap's keys
+    (``envFrom``), the literal env values over them, ``env`` over both."""
+    cronjob = yaml.safe_load((PIPELINES / "cronjob" / "cronjob.yaml").read_text())
+    settings = yaml.safe_load((PIPELINES / "common" / "settings.yaml").read_text())
     container = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
-    values = {e["name"]: e.get("value") for e in container.get("env") or []}
+    assert container["envFrom"] == [{"configMapRef": {"name": settings["metadata"]["name"]}}]
+    values = dict(settings["data"])
+    values.update({e["name"]: e.get("value") for e in container.get("env") or []})
     values.update(env)
     argv = [*container["command"], *container["args"]]
     expanded = []

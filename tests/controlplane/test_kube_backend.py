@@ -696,7 +696,7 @@ def test_reconcile_as_the_job_creates_what_it_manages_and_a_converged_pass_write
 def service_account_without(cp, name: str, group: str, resource: str, verb: str):
     """A ServiceAccount of the job's namespace bound to the shipped ClusterRole less one
     verb; returns its kubeconfig and a function that removes what was made."""
-    docs = [d for d in yaml.safe_load_all((PIPELINES / "rbac.yaml").read_text()) if d]
+    docs = [d for d in yaml.safe_load_all((PIPELINES / "common" / "rbac.yaml").read_text()) if d]
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     role["metadata"]["name"] = name
     for rule in role["rules"]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES
+from conftest import JOB_NAMESPACE, JOB_USER, REPO_ROOT
 from kubernetes import client as k8s
 from test_job import (
     LEASE,
@@ -33,7 +33,7 @@ from test_job import (
     wait_for_terminating_namespaces,
 )
 
-REQUIREMENTS = PIPELINES / "rbac-requirements.yaml"
+REQUIREMENTS = REPO_ROOT / "schemas" / "rbac-requirements.yaml"
 
 # (scope, apiGroup, resource, verb) granted but not reached by the scenario, with the
 # reason. Every entry is a permission no test shows to be needed: keep it empty.

@@ -103,7 +103,7 @@ def test_a_missing_grant_is_named_in_one_line_before_any_write(control_plane, na
     """A ServiceAccount bound to the shipped ClusterRole less one rule: the run names the
     missing permission and writes nothing, rather than failing half-way."""
     cp = control_plane
-    docs = [d for d in yaml.safe_load_all((PIPELINES / "rbac.yaml").read_text()) if d]
+    docs = [d for d in yaml.safe_load_all((PIPELINES / "common" / "rbac.yaml").read_text()) if d]
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     role["metadata"]["name"] = "omegitops-less"
     role["rules"] = [r for r in role["rules"] if r["resources"] != ["pods/status"]]

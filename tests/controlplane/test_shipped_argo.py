@@ -37,10 +37,12 @@ def document(path) -> dict:
 
 @pytest.fixture
 def argo_fleet(argo_cluster, examples_in_node_cluster):
-    """The examples in the API, and pipelines/argo/ and the executor's RBAC applied
-    as shipped."""
+    """The examples in the API, and pipelines/argo/ (the executor's RBAC included) and
+    the settings ConfigMap applied as shipped."""
     cp, namespaces = examples_in_node_cluster
-    cp.apply_files([PIPELINES / "rbac-argo-executor.yaml", *sorted(ARGO.glob("*.yaml"))])
+    # The settings ConfigMap the CronWorkflow's parameters are read from, and the
+    # executor's RBAC, templates and CronWorkflow of pipelines/argo/.
+    cp.apply_files([PIPELINES / "common" / "settings.yaml", *sorted(ARGO.glob("*.yaml"))])
     cp.argo.s3_secret(JOB_NAMESPACE)
     return cp, namespaces
 
@@ -53,6 +55,7 @@ def submit(cp, spec: dict, name: str, parameters: dict[str, str]) -> dict:
     given = dict(parameters)
     for parameter in arguments:
         if parameter["name"] in given:
+            parameter.pop("valueFrom", None)  # in place of the settings ConfigMap's
             parameter["value"] = given.pop(parameter["name"])
     arguments += [{"name": k, "value": v} for k, v in given.items()]
     spec["nodeSelector"] = ON_THE_NODE

@@ -9,6 +9,7 @@ not cached): marked ``node``; the README's test command runs them with the rest.
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import subprocess
 import time
@@ -74,7 +75,7 @@ def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path)
     the CronJob's own security context. Before the schemas were package data it died
     with FileNotFoundError on the first schema."""
     cp = node_cluster
-    cronjob = yaml.safe_load((PIPELINES / "cronjob.yaml").read_text())
+    cronjob = yaml.safe_load((PIPELINES / "cronjob" / "cronjob.yaml").read_text())
     template = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     shipped = template["containers"][0]
     # The examples reach the pod as a read-only host folder the job's user can read.
@@ -128,18 +129,34 @@ def examples_remote(cp, name: str) -> tuple[str, Path]:
     return cp.git.url(f"{name}.git"), bare
 
 
-def shipped_cronjob(repo_url: str, max_seconds: str) -> dict:
-    """pipelines/cronjob.yaml as shipped, but for the repository's URL, the run's
-    budget and a node selector for the real node."""
-    cronjob = yaml.safe_load((PIPELINES / "cronjob.yaml").read_text())
-    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    pod["nodeSelector"] = ON_THE_NODE
-    env = pod["containers"][0]["env"]
-    for var in env:
-        if var["name"] == "REPO_URL":
-            var["value"] = repo_url
-        elif var["name"] == "MAX_SECONDS":
-            var["value"] = max_seconds
+def shipped_cronjob(cp, repo_url: str, max_seconds: str, folder: Path) -> dict:
+    """The Kustomize base pipelines/cronjob installed as a user installs it: a
+    kustomization of their own over the base that patches the settings ConfigMap (the
+    repository's URL, the run's budget), here also putting the pod on the real node,
+    applied by the real kubectl (``kubectl apply -k``). Returns the CronJob."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(PIPELINES / "cronjob", folder)],
+        "patches": [
+            {"patch": yaml.safe_dump({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "omegitops-settings", "namespace": JOB_NAMESPACE},
+                "data": {"REPO_URL": repo_url, "MAX_SECONDS": max_seconds}})},
+            {"patch": yaml.safe_dump({
+                "apiVersion": "batch/v1", "kind": "CronJob",
+                "metadata": {"name": "omegitops-reconcile", "namespace": JOB_NAMESPACE},
+                "spec": {"jobTemplate": {"spec": {"template": {"spec": {
+                    "nodeSelector": ON_THE_NODE}}}}}})},
+        ],
+    }))
+    kubectl = [str(cp.kubectl), f"--kubeconfig={cp.admin_kubeconfig}"]
+    done = subprocess.run([*kubectl, "apply", "-k", str(folder)], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    built = subprocess.run([*kubectl, "kustomize", str(folder)], capture_output=True,
+                           text=True, check=True).stdout
+    (cronjob,) = [d for d in yaml.safe_load_all(built) if d and d["kind"] == "CronJob"]
     return cronjob
 
 
@@ -196,11 +213,12 @@ def examples_in_node_cluster(node_cluster):
 
 
 def test_the_shipped_cronjob_brings_the_examples_to_ready_and_pushes_its_report(
-        examples_in_node_cluster):
+        examples_in_node_cluster, tmp_path):
+    """The Kustomize base as shipped (its Namespace, CRD, RBAC, settings and CronJob),
+    configured by one patch of its settings ConfigMap."""
     cp, namespaces = examples_in_node_cluster
     url, remote = examples_remote(cp, "examples")
-    cronjob = shipped_cronjob(url, max_seconds="240")
-    cp.apply(cronjob)
+    cronjob = shipped_cronjob(cp, url, max_seconds="240", folder=tmp_path / "overlay")
 
     story = run_job(cp, job_from_cronjob(cronjob, "omegitops-manual-1"), seconds=420)
 

@@ -187,11 +187,11 @@ def test_until_idle_lists_each_kind_once_and_plans_what_changed(control_plane, n
 
 
 def _account_without_watch(cp, name: str) -> tuple[str, object]:
-    """A ServiceAccount granted what pipelines/rbac.yaml grants, but no ``watch``: the
+    """A ServiceAccount granted what pipelines/common/rbac.yaml grants, but no ``watch``: the
     README's documented fallback (a warning, and a LIST of each kind on every pass)."""
     import yaml
 
-    documents = [d for d in yaml.safe_load_all((PIPELINES / "rbac.yaml").read_text()) if d]
+    documents = [d for d in yaml.safe_load_all((PIPELINES / "common" / "rbac.yaml").read_text()) if d]
     cp.apply({"apiVersion": "v1", "kind": "ServiceAccount",
               "metadata": {"name": name, "namespace": JOB_NAMESPACE}})
     for doc in documents:

@@ -9,9 +9,13 @@ Offline checks only:
 * the scheduling and clean-up settings that keep one run at a time and
   bounded (Forbid, deadlines, history, TTLs, retries);
 * credentials come from the Secret, never from a literal or the command line;
-* the RBAC rules grant exactly ``pipelines/rbac-requirements.yaml``, no
+* the RBAC rules grant exactly ``schemas/rbac-requirements.yaml``, no
   wildcard, and names where Kubernetes allows them;
-* the three job definitions run the same image with the same command line.
+* the three job definitions run the same image with the same command line, their
+  settings read from the one ConfigMap ``omegitops-settings``.
+
+The Helm chart under ``pipelines/chart/`` is a template, not manifests: its output
+is checked by tests/project/test_packaging.py.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = REPO_ROOT / "pipelines"
 # Vendored from Argo Workflows (schemas/argo/README.md), so every clone checks it.
 ARGO_SCHEMA = REPO_ROOT / "schemas" / "argo" / "schema.json"
-REQUIREMENTS = PIPELINES / "rbac-requirements.yaml"
+REQUIREMENTS = REPO_ROOT / "schemas" / "rbac-requirements.yaml"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 
 ARGO_API_VERSION = "argoproj.io/v1alpha1"
@@ -65,8 +69,12 @@ EXPECTED_ARGV = [
 # -- loading ------------------------------------------------------------------
 
 
+CHART = PIPELINES / "chart"
+SETTINGS = "omegitops-settings"
+
+
 def pipeline_files() -> list[Path]:
-    return sorted(PIPELINES.rglob("*.yaml"))
+    return sorted(p for p in PIPELINES.rglob("*.yaml") if not p.is_relative_to(CHART))
 
 
 @cache
@@ -82,7 +90,7 @@ def load_documents() -> tuple[tuple[str, dict], ...]:
 
 
 def manifests() -> list[tuple[str, dict]]:
-    """The documents that are Kubernetes objects (everything but the requirements file)."""
+    """The documents that are Kubernetes objects."""
     return [(where, doc) for where, doc in load_documents() if "apiVersion" in doc]
 
 
@@ -122,11 +130,14 @@ def test_the_expected_files_exist():
         "argo/workflowtemplate.yaml",
         "argo/workflowtemplate-sharded.yaml",
         "argo/cronworkflow.yaml",
-        "cronjob.yaml",
-        "rbac.yaml",
-        "rbac-argo-executor.yaml",
-        "rbac-requirements.yaml",
+        "argo/rbac-argo-executor.yaml",
+        "common/namespace.yaml",
+        "common/settings.yaml",
+        "common/rbac.yaml",
+        "cronjob/cronjob.yaml",
+        "crds/inferencereplica-crd.yaml",
     } <= names
+    assert REQUIREMENTS.is_file()
     assert (PIPELINES / "README.md").is_file()
 
 
@@ -318,7 +329,7 @@ def pod_settings() -> dict[str, tuple[dict, dict, dict[str, str]]]:
     (entry,) = [t for t in template["templates"] if t["name"] == template["entrypoint"]]
     defaults = {p["name"]: p["value"] for p in template["arguments"]["parameters"]}
     cron = the("CronWorkflow")["spec"]["workflowSpec"]
-    overrides = {p["name"]: p["value"] for p in cron["arguments"]["parameters"]}
+    overrides = {p["name"]: parameter_value(p) for p in cron["arguments"]["parameters"]}
     job_pod = the("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     (job_container,) = job_pod["containers"]
     return {
@@ -328,13 +339,35 @@ def pod_settings() -> dict[str, tuple[dict, dict, dict[str, str]]]:
     }
 
 
+def settings() -> dict[str, str]:
+    """The data of the ConfigMap the jobs read their settings from."""
+    return the("ConfigMap", SETTINGS)["data"]
+
+
+def parameter_value(parameter: dict) -> str:
+    """An Argo parameter's value: literal, or read from the settings ConfigMap."""
+    if "value" in parameter:
+        return parameter["value"]
+    ref = parameter["valueFrom"]["configMapKeyRef"]
+    assert ref["name"] == SETTINGS, parameter
+    return settings()[ref["key"]]
+
+
 def literal_env(container: dict, parameters: dict[str, str]) -> dict[str, str]:
-    """The container's literal env values, Argo ``{{workflow.parameters.x}}`` resolved."""
+    """The container's env values as the kubelet sets them: the settings ConfigMap's
+    keys (``envFrom``), then the literal env values over them, Argo
+    ``{{workflow.parameters.x}}`` resolved."""
     def resolve(value: str) -> str:
         return re.sub(r"\{\{\s*workflow\.parameters\.([\w-]+)\s*\}\}",
                       lambda m: parameters[m.group(1)], value)
 
-    return {e["name"]: resolve(e["value"]) for e in container.get("env", []) if "value" in e}
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        assert source["configMapRef"]["name"] == SETTINGS, source
+        env.update(settings())
+    env.update({e["name"]: resolve(e["value"])
+                for e in container.get("env", []) if "value" in e})
+    return env
 
 
 def effective_argv(container: dict, parameters: dict[str, str]) -> list[str]:
@@ -345,11 +378,11 @@ def effective_argv(container: dict, parameters: dict[str, str]) -> list[str]:
 
 
 def test_the_three_jobs_run_the_same_command():
-    settings = pod_settings()
-    argvs = {kind: effective_argv(c, p) for kind, (_, c, p) in settings.items()}
+    jobs = pod_settings()
+    argvs = {kind: effective_argv(c, p) for kind, (_, c, p) in jobs.items()}
     for kind, argv in argvs.items():
         assert argv == EXPECTED_ARGV, kind
-    containers = [c for _, c, _ in settings.values()]
+    containers = [c for _, c, _ in jobs.values()]
     first = containers[0]
     for container in containers[1:]:
         for key in ("image", "command", "args", "workingDir", "resources",
@@ -358,6 +391,22 @@ def test_the_three_jobs_run_the_same_command():
         secret_env = [e for e in container["env"] if "valueFrom" in e]
         assert secret_env == [e for e in first["env"] if "valueFrom" in e]
     assert first["image"] == IMAGE
+
+
+def test_the_jobs_read_where_to_reconcile_from_one_configmap():
+    """A user sets the repository once, in the ConfigMap, not by list index in a
+    container's env or a workflow's parameters."""
+    assert set(settings()) == {"REPO_URL", "BRANCH", "REPORT_DIR", "REPORT_BRANCH",
+                               "MAX_SECONDS"}
+    configmap = the("ConfigMap", SETTINGS)
+    # Argo reads parameters only from ConfigMaps with this label.
+    assert configmap["metadata"]["labels"]["workflows.argoproj.io/configmap-type"] \
+        == "Parameter"
+    container = pod_settings()["CronJob"][1]
+    assert container["envFrom"] == [{"configMapRef": {"name": SETTINGS}}]
+    assert not {e["name"] for e in container["env"]} & set(settings())
+    cron = the("CronWorkflow")["spec"]["workflowSpec"]
+    assert all("value" not in p for p in cron["arguments"]["parameters"])
 
 
 def test_the_command_line_is_one_omegitops_accepts():
@@ -481,6 +530,7 @@ def required(entries: list[dict], scope: str) -> set[Grant]:
 
 
 def rbac_documents(filename: str) -> list[dict]:
+    """The documents of a file under pipelines/ (``common/rbac.yaml``)."""
     return [d for w, d in manifests() if w.startswith(f"pipelines/{filename}#")]
 
 
@@ -495,14 +545,14 @@ def roles_in(filename: str) -> set[Grant]:
 def test_rbac_grants_exactly_the_requirements():
     need = requirements()
     want = required(need["clusterWide"], "ClusterRole") | required(need["namespaced"], "Role")
-    have = roles_in("rbac.yaml")
+    have = roles_in("common/rbac.yaml")
     assert have - want == set(), "granted but not required"
     assert want - have == set(), "required but not granted"
 
 
 def test_argo_executor_rbac_grants_exactly_its_requirements():
     want = required(requirements()["argoExecutor"], "Role")
-    assert roles_in("rbac-argo-executor.yaml") == want
+    assert roles_in("argo/rbac-argo-executor.yaml") == want
 
 
 def test_no_wildcards_in_rbac():
@@ -516,7 +566,7 @@ def test_no_wildcards_in_rbac():
 
 
 def test_names_restrict_what_they_can():
-    roles = rbac_documents("rbac.yaml") + rbac_documents("rbac-argo-executor.yaml")
+    roles = rbac_documents("common/rbac.yaml") + rbac_documents("argo/rbac-argo-executor.yaml")
     rules = [r for d in roles if "rules" in d for r in d["rules"]]
     named = {(r["resources"][0], tuple(r["resourceNames"])): set(r["verbs"])
              for r in rules if "resourceNames" in r}
@@ -534,7 +584,7 @@ def test_names_restrict_what_they_can():
 
 
 def test_bindings_bind_the_job_account_to_the_roles_beside_them():
-    for filename in ("rbac.yaml", "rbac-argo-executor.yaml"):
+    for filename in ("common/rbac.yaml", "argo/rbac-argo-executor.yaml"):
         docs = rbac_documents(filename)
         roles = {(d["kind"], d["metadata"]["name"]) for d in docs if "rules" in d}
         bindings = [d for d in docs if "roleRef" in d]

@@ -93,7 +93,7 @@ def test_forbidden_names_the_missing_permission_in_one_line(kube, api, sleeps):
         kube.list_pods()
     assert str(caught.value) == (
         "Pod list: forbidden: list core/pods in all namespaces is not granted to this "
-        "account (HTTP 403; pipelines/rbac.yaml grants what omegitops needs)")
+        "account (HTTP 403; pipelines/common/rbac.yaml grants what omegitops needs)")
     kube.create_pod(make_pod("a"))
     api.fail("PATCH", r"/pods/a/status$", status=403, reason="Forbidden", times=1)
     with pytest.raises(Forbidden, match=f"^Pod/{NS}/a: forbidden: patch core/pods/status in "

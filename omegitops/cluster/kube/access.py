@@ -62,7 +62,7 @@ def _each(verbs: str, group: str, resource: str, subresource: str = "") -> list[
 
 # What a reconcile pass writes, and the reads it makes between writes, by what calls it
 # (the LISTs of observation have been answered before the first write, so they are not
-# asked about again). pipelines/rbac-requirements.yaml grants them, with the reasons.
+# asked about again). schemas/rbac-requirements.yaml grants them, with the reasons.
 PASS = (
     # create_pod, delete_pod, patch_pod_images; a pod read by name (a stranger, a gate
     # set without a pass having seen the pod), its status patched

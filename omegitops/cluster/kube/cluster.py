@@ -482,7 +482,7 @@ class KubeCluster(Cluster):
         for namespace in sorted(set(namespaces) - set(self._reviewed)):
             rules = self._rules(namespace)
             self._reviewed[namespace] = [
-                f"not permitted: {p.describe()} (pipelines/rbac.yaml grants what "
+                f"not permitted: {p.describe()} (pipelines/common/rbac.yaml grants what "
                 "omegitops needs); nothing was written"
                 for p in needed
                 if not (granted(rules, p) if rules is not None

@@ -286,7 +286,7 @@ def _forbidden(err: HttpError, what: str) -> str:
     if permission is None:
         return f"{what}: forbidden: {err.method} {err.path} (HTTP 403)"
     return (f"{what}: forbidden: {permission.describe()} is not granted to this account "
-            "(HTTP 403; pipelines/rbac.yaml grants what omegitops needs)")
+            "(HTTP 403; pipelines/common/rbac.yaml grants what omegitops needs)")
 
 
 def _not_ready(err: HttpError, what: str) -> str:
