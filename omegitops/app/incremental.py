@@ -31,9 +31,9 @@ from functools import partial
 from typing import cast
 
 from omegitops.app.passes import (
+    NodeKey,
     Observation,
     PassResult,
-    NodeKey,
     Pruning,
     component_key,
     components_on,
