@@ -175,3 +175,30 @@ def test_with_migrations_off_the_drain_evicts_as_the_budget_allows(drained, cont
     for name, prefix in ((SINGLE, "single-engine-"), (GANG, "gang-engine-")):
         assert sorted(indices(s, name)) == [0]
         assert node not in nodes_of(s, prefix)
+
+
+def test_an_untolerated_no_execute_taint_evicts_at_once_and_the_instances_restart(
+        drained, control_plane):
+    """A NoExecute taint the pods do not tolerate: the controller-manager's taint
+    eviction deletes them at once, asking no budget, so there is nothing to migrate.
+    What is left is a pod lost from under a Ready Instance: the restart policy's
+    restart (a single pod at its index, a gang whole), onto the other nodes."""
+    s, node = drained()
+    s.strict_gangs = False  # the taint manager takes a gang's pods one by one
+    core = k8s.CoreV1Api(control_plane.admin)
+    taint = {"key": "omegitops.test/maintenance", "value": "true", "effect": "NoExecute"}
+    core.patch_node(node, {"spec": {"taints": [taint]}})
+    try:
+        control_plane.wait_for(lambda: not [p for p in s.pods()
+                                            if p["spec"].get("nodeName") == node
+                                            and not P.is_terminating(p)],
+                               60, "the tainted node's pods deleted")
+        s.until(lambda s: settled(s) and not any(
+            p["spec"].get("nodeName") == node for p in s.pods()), 180)
+    finally:
+        core.patch_node(node, {"spec": {"taints": None}})
+    for name, prefix in ((SINGLE, "single-engine-"), (GANG, "gang-engine-")):
+        rows = indices(s, name)
+        assert sorted(rows) == [0], rows  # restarted in place, not moved
+        assert rows[0]["incarnation"] >= 2, rows
+        assert node not in nodes_of(s, prefix)
