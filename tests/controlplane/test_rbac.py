@@ -151,7 +151,8 @@ def audited(ome_crds, tmp_path):
     qwen = repo / "services" / "qwen3-0-6b" / "qwen3-0-6b.yaml"
     edit(qwen, "    maxReplicas: 2\n",
          "    maxReplicas: 2\n    lifecycle:\n      updateStrategy:\n"
-         "        type: InPlaceIfPossible\n      migrationPolicy:\n        mode: Never\n")
+         "        type: InPlaceIfPossible\n        rollingUpdate:\n          maxUnavailable: 1\n"
+         "      migrationPolicy:\n        mode: Never\n")
     edit(repo / "ome-values.yaml", "revisionHistoryLimit: 10", "revisionHistoryLimit: 0")
     edit(repo / "runtimes" / "srt-qwen3-0-6b.yaml",
          "image: docker.io/lmsysorg/sglang:v0.5.5.post3-cu129-amd64",
