@@ -31,10 +31,14 @@ from functools import partial
 from typing import cast
 
 from omegitops.app.passes import (
+    NodeKey,
     Observation,
     PassResult,
     Pruning,
     component_key,
+    components_on,
+    node_key,
+    nodes_refused,
     observe,
     observe_keys,
     observed_kinds,
@@ -43,7 +47,8 @@ from omegitops.app.passes import (
     run_pass,
     unobserved,
 )
-from omegitops.cluster.base import Cluster, side_by_side
+from omegitops.cluster.base import NODE, Cluster, side_by_side
+from omegitops.cluster.errors import Forbidden
 from omegitops.lifecycle.planner import Plan
 from omegitops.manifests.load import ServiceComponent
 from omegitops.model.ids import ComponentKey
@@ -56,6 +61,19 @@ RESYNC_SECONDS = 300.0
 # After the first change, how long to gather the ones right behind it (a pod
 # bound, then Pending, then Running) into one pass.
 GATHER_SECONDS = 0.05
+
+
+def watch_nodes(cluster: Cluster) -> bool:
+    """Watch the nodes where a pass lists them, each change filed under its node's name;
+    an account that may not list them runs on without (``nodes_refused``). False when
+    the cluster does not watch."""
+    if not cluster.lists_nodes:
+        return True
+    try:
+        return cluster.watch(NODE, None, node_key)
+    except Forbidden as err:
+        nodes_refused(cluster, err)
+        return True
 
 
 class IncrementalPasses:
@@ -79,6 +97,8 @@ class IncrementalPasses:
               prune: Pruning | None = None) -> IncrementalPasses | None:
         """Watch every kind a pass observes; None (nothing watched) when the cluster
         does not watch, and the run makes whole passes as before."""
+        if not watch_nodes(cluster):
+            return None
         # Their first LISTs side by side, as a pass's (reconcile.observe).
         watched = side_by_side({kind: partial(cluster.watch, kind, MANAGED, owner_key)
                                 for kind in observed_kinds(cluster)},
@@ -101,6 +121,11 @@ class IncrementalPasses:
         stale = {key for key, (_, plan) in self._last.items()
                  if plan.busy and plan.wake_at is None
                  and clock - self._planned_at.get(key, 0.0) >= self.poll_seconds}
+        # A node's change (cordoned, tainted) is planned for the components on it.
+        nodes = {key.node for key in changed if isinstance(key, NodeKey)}
+        changed = {key for key in changed if not isinstance(key, NodeKey)}
+        if nodes:
+            changed |= components_on(self._seen, nodes)
         keys = cast(set[Key], changed | due | stale | self._failed)
         observe_keys(self.cluster, self._seen, keys)
         result = run_pass(self.cluster, self.items, self.prune, self._seen, keys)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from omegitops.cluster.base import (
     CONTROLLER_REVISION,
@@ -126,23 +126,53 @@ def _nodes_of(nodes: dict[str, dict[str, Any]] | None, open_nodes: list[str],
 
 
 def _take_nodes(seen: Observation, nodes: dict[str, dict[str, Any]] | None) -> None:
-    """File the nodes, and which take pods, once a pass rather than once a component."""
+    """File the nodes, and which take pods, once a pass rather than once a component.
+    Without nodes there are no budgets: none would be kept right without migrations."""
     seen.nodes = nodes
+    if nodes is None:
+        seen.budgets = None
     seen.open_nodes = sorted(name for name, node in (nodes or {}).items()
                              if not (node.get("spec") or {}).get("unschedulable"))
 
 
 def list_nodes(cluster: Cluster) -> dict[str, dict[str, Any]] | None:
     """Every node by name; None when the cluster lists none (``Cluster.lists_nodes``)
-    or RBAC does not let the job list them: the pass goes on, and no migration starts.
+    or RBAC does not let the job list them: then a warning, once, and the run goes on
+    with no migrations and no PodDisruptionBudgets (``Cluster.stop_listing_nodes``).
     Any other failure fails the observation, as a failed LIST of a managed kind does
     (nothing is written after a failed read)."""
     if not cluster.lists_nodes:
         return None
     try:
         return {n["metadata"]["name"]: n for n in cluster.list_objects(NODE)}
-    except Forbidden:
+    except Forbidden as err:
+        nodes_refused(cluster, err)
         return None
+
+
+def nodes_refused(cluster: Cluster, err: Exception) -> None:
+    """The account may not list (or watch) nodes: say so once, and stop asking."""
+    log.warning("cannot list nodes (%s): Instances will not migrate off cordoned or "
+                "tainted nodes, and no PodDisruptionBudgets are kept; pipelines/rbac.yaml "
+                "grants list and watch on nodes", err)
+    cluster.stop_listing_nodes()
+
+
+class NodeKey(NamedTuple):
+    """What a watched node's changes are filed under: the node's name. A pass plans the
+    components with pods on it (``components_on``)."""
+
+    node: str
+
+
+def node_key(node: dict[str, Any]) -> NodeKey:
+    return NodeKey((node.get("metadata") or {}).get("name", ""))
+
+
+def components_on(seen: Observation, nodes: set[str]) -> set[ComponentKey]:
+    """The components with a pod on one of ``nodes``."""
+    return {key for key, pods in seen.pods.items()
+            if any((p.get("spec") or {}).get("nodeName") in nodes for p in pods)}
 
 
 def owner_key(obj: dict[str, Any]) -> ComponentKey:
@@ -172,6 +202,8 @@ KEPT = {POD: trim_pod, CONTROLLER_REVISION: pack_revision}
 def observe(cluster: Cluster) -> Observation:
     """List every managed object: a fixed number of calls, never one per component."""
     seen = Observation()
+    # The nodes first: a run whose account may not list them keeps no budgets either.
+    nodes = list_nodes(cluster)
     kinds = observed_kinds(cluster)
     if POD_GROUP in kinds:
         seen.podgroups = {}
@@ -184,7 +216,7 @@ def observe(cluster: Cluster) -> Observation:
                           threads=cluster.lists_side_by_side)
     for kind, objects in listed.items():
         _file(seen, kind, objects)
-    _take_nodes(seen, list_nodes(cluster))
+    _take_nodes(seen, nodes)
     return seen
 
 

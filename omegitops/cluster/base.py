@@ -102,8 +102,10 @@ class Cluster(abc.ABC):
     # decodes another's. Not on sim:, whose calls cost no waiting.
     lists_side_by_side: bool = False
     # Whether a pass lists the nodes, to migrate Instances off those going away
-    # (lifecycle/migration.py). Not on a real cluster yet: the job's role grants no
-    # nodes, and nothing there watches them.
+    # (lifecycle/migration.py), and keeps a PodDisruptionBudget per component that holds
+    # a drain back until they have moved. Off for a run whose account may not list
+    # nodes (``stop_listing_nodes``): a budget that waits for migrations that never
+    # come would hold a drain back for ever.
     lists_nodes: bool = False
     # ``--shard``: lists hold only namespaced objects whose namespace this accepts
     # (cluster-scoped ones always); None lists every namespace.
@@ -115,6 +117,10 @@ class Cluster(abc.ABC):
             return True
         namespace = (obj.get("metadata") or {}).get("namespace")
         return not namespace or self.namespace_scope(namespace)
+
+    def stop_listing_nodes(self) -> None:
+        """No more node lists this run (RBAC refused one): no migrations, no budgets."""
+        self.lists_nodes = False
 
     # -- lifetime -------------------------------------------------------------
 

@@ -161,7 +161,8 @@ def plan_component(desired: DesiredComponent, observed: ObservedComponent, now: 
             removed = True
     else:
         work.actions.extend(plan_services(desired, observed.services))
-        work.actions.extend(plan_budget(desired, observed.budgets, budget_pods(work)))
+        work.actions.extend(plan_budget(desired, observed.budgets, budget_pods(work),
+                                        work.lifecycle.replicas * work.needed))
         work.actions.extend(DeleteObject("PodGroup", desired.namespace, name) for name in
                             left_podgroups(desired, observed.podgroups, work.rows, work.groups))
         revisions = plan_revisions(desired, observed.revisions, work.rows.values())

@@ -134,20 +134,29 @@ def left_podgroups(desired: Any, observed: dict[str, Json] | None, rows: Contain
 
 
 def plan_budget(desired: Any, observed: dict[str, Json] | None,
-                max_unavailable: int | None) -> list[ApplyObject | DeleteObject]:
+                max_unavailable: int | None, expected: int) -> list[ApplyObject | DeleteObject]:
     """The component's PodDisruptionBudget, where the cluster keeps one (``observed``
-    not None): selecting its pods, with ``max_unavailable`` pods (None: no budget, and
-    one left from before goes). A drain's evictions that would take more pods than
-    that down are refused, and the drain tries them again."""
+    not None): selecting its pods, with ``max_unavailable`` pods of the ``expected``
+    (None: no budget, and one left from before goes). A drain's evictions that would
+    take more pods than that down are refused, and the drain tries them again.
+
+    omegitops' pods declare no controller, and for such pods the disruption controller
+    cannot work out how many are expected, so a ``maxUnavailable`` above 0 would allow
+    nothing at all: the budget says ``minAvailable`` (expected less what may go)
+    instead. None may go is ``maxUnavailable: 0``, which allows nothing whatever the
+    count, a migration's replacement pods included."""
     if observed is None:
         return []
     current = observed.get(desired.name)
     if max_unavailable is None:
         return [] if current is None else [DeleteObject(BUDGET_KIND, desired.namespace,
                                                          desired.name)]
-    spec = {"selector": {"matchLabels": {LABEL_ISVC: desired.isvc,
-                                         LABEL_COMPONENT: desired.component}},
-            "maxUnavailable": max_unavailable}
+    spec: dict[str, Any] = {"selector": {"matchLabels": {LABEL_ISVC: desired.isvc,
+                                                         LABEL_COMPONENT: desired.component}}}
+    if max_unavailable == 0:
+        spec["maxUnavailable"] = 0
+    else:
+        spec["minAvailable"] = max(0, expected - max_unavailable)
     if current is None:
         return [ApplyObject({
             "apiVersion": "policy/v1", "kind": BUDGET_KIND,

@@ -4,7 +4,8 @@
 
 For each size, the converged fleet (reconciled until idle on the simulated
 cluster) is copied into ``tests/wire/apiserver.py``'s double: every managed pod
-(status included), InferenceReplica, ControllerRevision and Service. Then the
+(status included), InferenceReplica, ControllerRevision, Service and
+PodDisruptionBudget, and the nodes. Then the
 ``kube`` backend (``KubeCluster`` on the double's URL, no Lease) runs:
 
 1. one pass on the converged fleet: its LISTs, GETs, discovery requests and
@@ -35,14 +36,21 @@ import benchlib
 from apiserver import ApiServerDouble
 
 from omegitops.app.passes import MANAGED, run_pass
-from omegitops.cluster.base import CONTROLLER_REVISION, INFERENCE_REPLICA, POD, SERVICE
+from omegitops.cluster.base import (
+    CONTROLLER_REVISION,
+    INFERENCE_REPLICA,
+    NODE,
+    POD,
+    POD_DISRUPTION_BUDGET,
+    SERVICE,
+)
 from omegitops.cluster.kube import KubeCluster, plain_client
 from omegitops.cluster.kube.access import REVIEW_PATH
 from omegitops.cluster.sim import SimCluster
 from omegitops.manifests.load import load, resolved_components
 
 WRITE_VERBS = ("create", "update", "patch", "delete")
-COPIED_KINDS = (POD, INFERENCE_REPLICA, CONTROLLER_REVISION, SERVICE)
+COPIED_KINDS = (POD, INFERENCE_REPLICA, CONTROLLER_REVISION, SERVICE, POD_DISRUPTION_BUDGET)
 LIST_TARGET = 3
 
 
@@ -52,6 +60,9 @@ def _seed(api: ApiServerDouble, cluster_path: Path, keep_versions: bool = False)
     fingerprints (lifecycle/converged.py) still match and no pass need settle first."""
     copied = 0
     with SimCluster(cluster_path) as cluster:
+        # The nodes too: a pass reads them (migrations), and the pods name them.
+        for node in cluster.list_objects(NODE):
+            api.add(node, keep_version=keep_versions)
         for kind in COPIED_KINDS:
             for obj in cluster.list_objects(kind, MANAGED):
                 if not keep_versions:

@@ -7,7 +7,7 @@
 
 Each benchmark runs as its own process (``bench_pass.py``, ``bench_api.py``,
 ``bench_memory.py``, ``bench_rollout.py``, ``bench_shards.py``, and ``bench_watch.py`` and
-``bench_peer.py`` on the real control plane unless ``--no-control-plane``; each also runs alone and prints its
+``bench_peer.py`` and ``bench_drain.py`` on the real control plane unless ``--no-control-plane``; each also runs alone and prints its
 own document), sharing one work folder so that each converged fleet is built
 once. The top-level keys are the headline figures; ``details`` holds each
 benchmark's full document. Building the 1,000-service fleet (reconciling it
@@ -66,8 +66,10 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
     largest = max(curve)
     rollout = _run("bench_rollout.py", "--instances", str(instances))
     shards = _run("bench_shards.py", "--services", str(services), "--runs", str(runs), *common)
-    real, peers = {}, {}
+    real, peers, drain = {}, {}, {}
     if watch_services is not None:
+        # One kubectl drain beside a Deployment with a PodDisruptionBudget.
+        drain = _run("bench_drain.py", "--replicas", "2")
         real = _run("bench_watch.py", "--services", str(watch_services),
                     "--instances", str(instances), "--min-ready", str(watch_min_ready))
         # Beside the Deployment controller, inside 20 and 200 services (the cadence's
@@ -101,6 +103,9 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
             "rollout_ratio", "rollout_vs_deployment_plus_drain_ratio", "decomposition_seconds",
             "requests_ratio", "cadence_requests_ratio")} for size, doc in peers.items()},
         "api_bytes_per_rollout_ratio": real.get("api_bytes_per_rollout_ratio"),
+        "drain": {key: drain.get(key) for key in (
+            "drain_seconds", "omegitops", "deployment", "serving_floor_ratio",
+            "off_node_ratio")},
         "targets": {"pass_vs_parse_ratio": passed["target"], "lists_per_pass": api["list_target"],
                     "writes_when_converged": 0,
                     "peak_rss_mb": {str(services): memory["target_mb"], "10000": 1024},
@@ -111,13 +116,16 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
                     "rollout_vs_ideal_ratio_real": real.get("target"),
                     "peer_requests_ratio": 1.0,
                     "peer_rollout": "<= the Deployment's plus the documents' drain wait",
-                    "api_bytes_per_rollout_ratio": real.get("bytes_target")},
+                    "api_bytes_per_rollout_ratio": real.get("bytes_target"),
+                    "drain": "omegitops never below its replicas (serving_floor_ratio > 1 "
+                             "beside a Deployment that dips by maxUnavailable)"},
         "fleet": {k: passed[k] for k in ("services", "components", "instances", "pods",
                                          "manifest_files")},
         "python": sys.version.split()[0],
         "wall_seconds": round(time.perf_counter() - started, 1),
         "details": {"pass": passed, "api": api, "memory": memory, "rollout": rollout,
-                    "rollout_real": real, "shards": shards, "peer": peers},
+                    "rollout_real": real, "shards": shards, "peer": peers,
+                    "drain": drain},
     }
 
 

@@ -145,11 +145,14 @@ def audited(ome_crds, tmp_path):
     edit(deepseek, "minReplicas: 1\n    maxReplicas: 1", "minReplicas: 2\n    maxReplicas: 2")
     reconcile()
     # An image-only change in place, with no revision history kept: the pods are patched
-    # and the old ControllerRevision goes once nothing uses it.
+    # and the old ControllerRevision goes once nothing uses it. Migrations turned off in
+    # the same change: the component's PodDisruptionBudget is updated to let a drain
+    # evict (maxUnavailable) instead of waiting for them.
     qwen = repo / "services" / "qwen3-0-6b" / "qwen3-0-6b.yaml"
     edit(qwen, "    maxReplicas: 2\n",
          "    maxReplicas: 2\n    lifecycle:\n      updateStrategy:\n"
-         "        type: InPlaceIfPossible\n")
+         "        type: InPlaceIfPossible\n        rollingUpdate:\n          maxUnavailable: 1\n"
+         "      migrationPolicy:\n        mode: Never\n")
     edit(repo / "ome-values.yaml", "revisionHistoryLimit: 10", "revisionHistoryLimit: 0")
     edit(repo / "runtimes" / "srt-qwen3-0-6b.yaml",
          "image: docker.io/lmsysorg/sglang:v0.5.5.post3-cu129-amd64",

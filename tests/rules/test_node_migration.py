@@ -10,9 +10,9 @@ NoExecute beyond what its pods tolerate, migrates make-before-break
 A drain waits for the migration: the component's PodDisruptionBudget refuses its
 evictions of serving pods.
 
-These run on ``sim:`` only (they take ``tmp_path``, not ``backend``): the simulator's
-cordon and taint node faults, and a real cluster's pass lists no nodes yet
-(``Cluster.lists_nodes``), so nothing there would migrate.
+These run on ``sim:`` (they take ``tmp_path``, not ``backend``): the simulator's
+cordon, taint and drain node faults. The real ``kubectl drain`` on the real control
+plane: tests/controlplane/test_drain.py.
 """
 
 from __future__ import annotations
@@ -354,8 +354,43 @@ def test_with_migration_policy_never_the_drain_evicts_within_max_unavailable(tmp
         **strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=1),
         "migrationPolicy": {"mode": "Never"}})
     s.run_pass()
-    assert _budget(s)["spec"]["maxUnavailable"] == 1
+    # Said as minAvailable: the pods declare no controller, and over such pods the
+    # disruption controller allows nothing for a maxUnavailable above 0.
+    spec = _budget(s)["spec"]
+    assert (spec.get("minAvailable"), spec.get("maxUnavailable")) == (1, None), spec
     node = _node(s, 0)
     _mark(s, "drain", f"{NAME}-0-default-0")
     s.until(lambda d: _drained(d, node))
     assert not messages(s, "InstanceMigrating")
+
+
+def test_migrations_and_steering_share_the_instances_auto_migrate_attempts(tmp_path):
+    """restart-policy.txt: the moves off a node "need autoMigrate.maxAttempts in the
+    operator's settings". A failed migration is an attempt of the Instance, counted and
+    steered as a failed restart's is (one counter, one list of nodes to avoid); once
+    they are used up nothing migrates, and the budget lets a drain evict within
+    maxUnavailable instead of holding it back for a migration that will not come."""
+    s, _ = _scenario(tmp_path, replicas=1, values={"autoMigrate": {"maxAttempts": 1}},
+                     lifecycle={**strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=1),
+                                "instanceReadyTimeout": "2m"})
+    s.run_pass()
+    assert _budget(s)["spec"] == {**_budget(s)["spec"], "maxUnavailable": 0}
+    _mark(s, "cordon", f"{NAME}-0-default-0")
+    s.run_pass()
+    s.until(lambda d: any(i != 0 for i in rows(d)))
+    replacement = max(i for i in rows(s) if i != 0)
+    s.until(lambda d: all(p["spec"].get("nodeName") for p in d.pods(f"{NAME}-{replacement}-")))
+    [failed_on] = {p["spec"]["nodeName"] for p in s.pods(f"{NAME}-{replacement}-")}
+    for pod in s.pods(f"{NAME}-{replacement}-"):
+        s.fault("crash", pod=pod["metadata"]["name"])
+    s.until(lambda d: bool(messages(d, "MigrationFailed")))
+    assert "attempt" in messages(s, "MigrationFailed")[-1]
+    assert "no further attempt" in messages(s, "MigrationFailed")[-1]
+    row = rows(s)[0]
+    assert row["attempts"] == 1 and row["avoidNodes"] == [failed_on], row
+    s.until(lambda d: sorted(rows(d)) == [0] and not d.results[-1].busy)
+    s.advance(1800)
+    s.run_pass()
+    assert _count(s, "InstanceMigrating") == 1
+    spec = _budget(s)["spec"]
+    assert (spec.get("minAvailable"), spec.get("maxUnavailable")) == (0, None), spec

@@ -69,6 +69,8 @@ BUILT_IN = (
     Served("v1", "services", "Service", status=True),
     Served("v1", "events", "Event"),
     Served("apps/v1", "controllerrevisions", "ControllerRevision"),
+    Served("v1", "nodes", "Node", namespaced=False, status=True),
+    Served("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", status=True),
     Served("ome.io/v1beta1", "inferencereplicas", "InferenceReplica", status=True),
 )
 INFERENCE_SERVICES = Served("ome.io/v1beta1", "inferenceservices", "InferenceService",

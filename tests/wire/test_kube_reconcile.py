@@ -19,7 +19,10 @@ EXPECTED_LISTS = [
     "/apis/apps/v1/controllerrevisions",
     "/api/v1/services",
     "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
+    "/apis/policy/v1/poddisruptionbudgets",
 ]
+# The nodes, unlabelled (migrations read them all), listed before the managed kinds.
+NODE_LIST = "/api/v1/nodes"
 
 
 def _populate(api, components: int) -> None:
@@ -48,13 +51,14 @@ def test_observe_makes_a_constant_number_of_list_calls(kube, api, components):
     assert len(seen.replicas) == components
     assert sum(len(pods) for pods in seen.pods.values()) == 2 * components
     assert len(seen.podgroups) == components
-    lists = api.calls("list")
+    lists = [r for r in api.calls("list") if r.path != NODE_LIST]
     assert sorted(r.path for r in lists) == sorted(EXPECTED_LISTS)  # side by side
     assert {r.query["labelSelector"] for r in lists} == {"app.kubernetes.io/managed-by=omegitops"}
-    assert len(api.requests) == len(EXPECTED_LISTS) + 1  # and one discovery GET
+    assert len(api.calls("list", NODE_LIST)) == 1
+    assert len(api.requests) == len(EXPECTED_LISTS) + 2  # the nodes, one discovery GET
     api.clear_log()
     observe(kube)
-    assert len(api.requests) == len(EXPECTED_LISTS)  # discovery is remembered
+    assert len(api.requests) == len(EXPECTED_LISTS) + 1  # discovery is remembered
 
 
 def test_observe_lists_the_kinds_side_by_side(kube, api, monkeypatch):
@@ -82,4 +86,5 @@ def test_observe_lists_the_kinds_side_by_side(kube, api, monkeypatch):
 def test_observe_without_pod_groups_skips_their_list(kube, api):
     seen = observe(kube)
     assert seen.podgroups is None
-    assert sorted(r.path for r in api.calls("list")) == sorted(EXPECTED_LISTS[:4])
+    assert sorted(r.path for r in api.calls("list")) == sorted(
+        [*EXPECTED_LISTS[:4], EXPECTED_LISTS[-1], NODE_LIST])

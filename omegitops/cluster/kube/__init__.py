@@ -13,7 +13,9 @@ path                                                      verbs
 /api/v1/services, .../services/{name}                     list, watch, get, create,
                                                           update, delete
 /api/v1/events, /api/v1/namespaces/{ns}/events/{name}     list, get, create, patch
-/api/v1/nodes (cluster-scoped)                            list, get
+/api/v1/nodes (cluster-scoped)                            list, watch, get
+/apis/policy/v1 poddisruptionbudgets                      list, watch, create,
+                                                          update, delete
 /apis/apps/v1 controllerrevisions                         list, watch, get, create,
                                                           update, delete
 /apis/ome.io/v1beta1 inferencereplicas (+ /status)        list, watch, get, create,

@@ -85,14 +85,19 @@ INFERENCE_SERVICES = (
     *_each("get", "ome.io", "inferenceservices"),
     *_each("patch", "ome.io", "inferenceservices", "status"),
 )
+# Where the nodes are listed (migrations run): each component's PodDisruptionBudget,
+# created, put back when its maxUnavailable changes, deleted with the component.
+BUDGETS = (*_each("create update delete", "policy", "poddisruptionbudgets"),)
 # --prune tears a removed component down, its Services and InferenceReplica last.
 PRUNE = (*_each("delete", "", "services"), *_each("delete", "ome.io", "inferencereplicas"))
 
 
-def run_permissions(*, prune: bool, podgroups: bool,
-                    inference_services: bool) -> list[Permission]:
+def run_permissions(*, prune: bool, podgroups: bool, inference_services: bool,
+                    budgets: bool = False) -> list[Permission]:
     """Every permission a reconcile run on this cluster may use once it starts writing."""
     needed = list(PASS)
+    if budgets:
+        needed += BUDGETS
     if podgroups:
         needed += PODGROUPS
     if inference_services:

@@ -52,7 +52,8 @@ from omegitops.util.gcpause import without_gc_pauses
 log = logging.getLogger(__name__)
 
 # Kinds every API server serves; the others (CRDs) are found by discovery.
-BUILT_IN = {base.POD, base.SERVICE, base.EVENT, base.NODE, base.CONTROLLER_REVISION}
+BUILT_IN = {base.POD, base.SERVICE, base.EVENT, base.NODE, base.CONTROLLER_REVISION,
+            base.POD_DISRUPTION_BUDGET}
 # Conditions the kubelet owns; writing them would fight it.
 KUBELET_CONDITIONS = {"PodScheduled", "Initialized", "ContainersReady", "Ready",
                       "PodReadyToStartContainers"}
@@ -78,6 +79,9 @@ class KubeCluster(Cluster):
     """
 
     lists_side_by_side = True
+    # Nodes are listed (and watched) so that Instances migrate off those being drained;
+    # an account that may not list them runs without migrations (Cluster.stop_listing_nodes).
+    lists_nodes = True
 
     def __init__(self, context: str | None = None, *, api_client: ApiClient | None = None,
                  lease: bool = True, lease_namespace: str | None = None,
@@ -478,7 +482,8 @@ class KubeCluster(Cluster):
         kept), and a SelfSubjectAccessReview per permission only where the rules review
         cannot answer (an authorizer besides RBAC's marks it incomplete)."""
         needed = run_permissions(prune=prune, podgroups=self.has_kind(base.POD_GROUP),
-                                 inference_services=self.has_kind(INFERENCE_SERVICE))
+                                 inference_services=self.has_kind(INFERENCE_SERVICE),
+                                 budgets=self.lists_nodes)
         for namespace in sorted(set(namespaces) - set(self._reviewed)):
             rules = self._rules(namespace)
             self._reviewed[namespace] = [

@@ -77,6 +77,7 @@ RESOURCES: dict[str, Resource] = {r.kind: r for r in (
     Resource(base.EVENT, "v1", "events"),
     Resource(base.NODE, "v1", "nodes", namespaced=False, status=True),
     Resource(base.CONTROLLER_REVISION, "apps/v1", "controllerrevisions"),
+    Resource(base.POD_DISRUPTION_BUDGET, "policy/v1", "poddisruptionbudgets", status=True),
     Resource(LEASE, "coordination.k8s.io/v1", "leases"),
     Resource(base.INFERENCE_REPLICA, "ome.io/v1beta1", "inferencereplicas", status=True,
              custom=True),

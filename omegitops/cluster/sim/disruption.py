@@ -4,7 +4,9 @@ An eviction (``POST pods/{name}/eviction``, what ``kubectl drain`` sends) is ref
 ``Cannot evict pod as it would violate the pod's disruption budget.``, when a budget
 that selects the pod allows no disruption now: of the pods it selects that are not
 terminating, fewer would stay Ready than ``expected - maxUnavailable`` (or than
-``minAvailable``). An unready pod may always go: its eviction disrupts nothing
+``minAvailable``). As the disruption controller, a ``maxUnavailable`` above 0 over pods
+that declare no controller (no ownerReference) allows nothing: it cannot tell how
+many pods are expected. An unready pod may always go: its eviction disrupts nothing
 (the API server's rule for an unhealthy pod, as ``unhealthyPodEvictionPolicy:
 AlwaysAllow`` has it).
 
@@ -37,6 +39,10 @@ def selects(budget: dict, pod: dict) -> bool:
     return all(labels.get(k) == v for k, v in wanted.items())
 
 
+def _controlled(pod: dict) -> bool:
+    return any(ref.get("controller") for ref in pod["metadata"].get("ownerReferences") or [])
+
+
 def allowed(budget: dict, pods: list[dict]) -> int:
     """How many of the selected ``pods`` may be disrupted now."""
     live = [p for p in pods if selects(budget, p) and not p["metadata"].get("deletionTimestamp")]
@@ -44,6 +50,8 @@ def allowed(budget: dict, pods: list[dict]) -> int:
     spec = budget.get("spec") or {}
     if spec.get("minAvailable") is not None:
         return healthy - int(spec["minAvailable"])
+    if any(not _controlled(p) for p in live):
+        return 0  # the controller's "found no controllers": nothing may go
     return healthy - (len(live) - int(spec.get("maxUnavailable") or 0))
 
 
