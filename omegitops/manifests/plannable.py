@@ -11,8 +11,9 @@ values.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from omegitops.manifests.repository import INFERENCE_SERVICE, Manifest, ManifestError
 from omegitops.model import podrules
@@ -25,7 +26,13 @@ from omegitops.render.resolve import (
     ComponentLifecycle,
     dig,
 )
-from omegitops.render.templates import ome_pod_metadata, render_templates
+from omegitops.render.templates import (
+    NOT_POD_SPEC,
+    ome_pod_metadata,
+    render_templates,
+    revision_hash,
+)
+from omegitops.util.copying import Packed
 from omegitops.util.goint import atoi
 
 # Kubernetes' documented scalability limit ("no more than 150,000 total pods"): a
@@ -92,22 +99,77 @@ def _history_errors(manifest: Manifest) -> list[ManifestError]:
     return [manifest.error(path, f"{shown!r} is not a whole number of revisions (>= 0)")]
 
 
+class Rendered(NamedTuple):
+    """A component's pod templates as validation rendered them, packed and hashed once."""
+
+    # Shared by every service of the same shape: read, never changed.
+    templates: dict[str, dict]
+    packed: Packed
+    revision_hash: str
+
+
+# What ``render_templates`` reads of a component's block besides its pod fields, its
+# runners, labels and annotations: nothing. Counts and lifecycles vary from service to
+# service; left out of a shape's key, services that differ only there share it.
+_NOT_RENDERED = NOT_POD_SPEC - {"runner", "leader", "worker", "labels", "annotations"}
+
+
+def shape_key(service: Manifest, runtime: Manifest | None,
+              lifecycle: ComponentLifecycle) -> tuple | None:
+    """Everything ``render_templates`` reads for this component: the runtime (the same
+    object for every service of a run), the service's labels, annotations and component
+    block but for what is not rendered, and the lifecycle's shape. None when the block
+    is not plain JSON (it is then rendered apart)."""
+    meta = service.data.get("metadata") or {}
+    block = dig(service.data, ("spec", lifecycle.component))
+    if isinstance(block, dict):
+        block = {k: v for k, v in block.items() if k not in _NOT_RENDERED}
+    try:
+        read = json.dumps([meta.get("labels"), meta.get("annotations"), block],
+                          sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+    return (id(runtime), lifecycle.component, lifecycle.shape, lifecycle.worker_size, read)
+
+
 def component_errors(service: Manifest, runtime: Manifest | None,
                      lifecycle: ComponentLifecycle,
-                     rendered: dict | None = None) -> list[ManifestError]:
+                     rendered: dict | None = None,
+                     shapes: dict[tuple, Rendered] | None = None) -> list[ManifestError]:
     """Checks of one OMENative component on its effective values (service over runtime).
 
     The counts come first: the names and templates checked after them are rendered
     per worker, which a worker count of a billion would make endless. The templates
-    rendered go into ``rendered["templates"]`` when it is given, so that planning need
-    not render them again.
+    rendered go into ``rendered["templates"]`` (a ``Rendered``) when it is given, so
+    that planning need not render them again. ``shapes`` holds the templates of each
+    shape (``shape_key``) whose checks passed: a service of a shape seen before takes
+    them, and only the checks of its own names are made again.
     """
     errors = _count_errors(service, runtime, lifecycle)
     if errors:
         return errors
+    key = shape_key(service, runtime, lifecycle) if shapes is not None else None
+    known = shapes.get(key) if shapes is not None and key is not None else None
+    if known is not None:
+        if rendered is not None:
+            rendered["templates"] = known
+        # The templates' names passed with the shape; OME's labels name the service.
+        return _label_errors(service, lifecycle, {}, runtime)
     templates = render_templates(service.data, runtime.data if runtime else None, lifecycle)
+    errors = _template_errors(service, runtime, lifecycle, templates)
+    if errors:
+        return errors
+    done = Rendered(templates, Packed(templates), revision_hash(templates))
     if rendered is not None:
-        rendered["templates"] = templates
+        rendered["templates"] = done
+    if shapes is not None and key is not None:
+        shapes[key] = done
+    return errors
+
+
+def _template_errors(service: Manifest, runtime: Manifest | None,
+                     lifecycle: ComponentLifecycle,
+                     templates: dict[str, dict]) -> list[ManifestError]:
     return _container_errors(service, runtime, lifecycle, templates) + \
         _pod_field_errors(service, runtime, lifecycle, templates) + \
         _duplicate_errors(service, runtime, lifecycle, templates) + \

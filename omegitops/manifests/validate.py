@@ -19,7 +19,12 @@ from omegitops.capacity.scheduler import pod_requests
 from omegitops.manifests import findings
 from omegitops.manifests.findings import Resolution
 from omegitops.manifests.memo import LoadMemo, content_key
-from omegitops.manifests.plannable import component_errors, lifecycle_blocks, value_errors
+from omegitops.manifests.plannable import (
+    Rendered,
+    component_errors,
+    lifecycle_blocks,
+    value_errors,
+)
 from omegitops.manifests.repository import (
     CLUSTER_SERVING_RUNTIME,
     INFERENCE_SERVICE,
@@ -43,8 +48,7 @@ from omegitops.render.resolve import (
     resolve_component,
     resolve_mode,
 )
-from omegitops.render.templates import LEADER, WORKER, revision_hash
-from omegitops.util.copying import Packed
+from omegitops.render.templates import LEADER, WORKER
 
 log = logging.getLogger(__name__)
 
@@ -177,10 +181,12 @@ def service_errors(
     service: Manifest, runtime: Manifest | None, runtimes: dict, operator: OperatorSettings,
     warnings: list[ManifestError] | None = None,
     resolved: dict[tuple[ResourceId, str], Resolution] | None = None,
+    shapes: dict[tuple, Rendered] | None = None,
 ) -> list[ManifestError]:
     """Checks that need the service's runtime and the operator settings; what a valid
     OMENative component may do but will regret goes into ``warnings``, from the same
-    resolution, and each component's resolution and templates into ``resolved``."""
+    resolution, and each component's resolution and templates into ``resolved``.
+    ``shapes`` is ``component_errors``': the templates each shape rendered, shared."""
     ref_path = ("spec", "runtime", "name")
     name = dig(service.data, ref_path)
     errors = []
@@ -211,19 +217,20 @@ def service_errors(
             return errors
         lifecycle = resolve_component(service.data, runtime_data, component, operator)
         rendered: dict = {}
-        planned = component_errors(service, runtime, lifecycle, rendered)
+        planned = component_errors(service, runtime, lifecycle, rendered, shapes)
         if planned:
             # Names and budgets read the counts these refused (a billion workers).
             errors.extend(planned)
             continue
+        done: Rendered = rendered["templates"]
         if resolved is not None:
-            resolved[(service.id, component)] = Resolution(
-                lifecycle, Packed(rendered["templates"]), revision_hash(rendered["templates"]))
+            resolved[(service.id, component)] = Resolution(lifecycle, done.packed,
+                                                           done.revision_hash)
         errors.extend(_derived_name_errors(service, lifecycle))
         if warnings is not None:
             warnings.extend(_stuck_budget_warnings(service, lifecycle))
-            warnings.extend(_image_warnings(service, lifecycle, rendered["templates"]))
-            warnings.extend(_gang_fit_warnings(service, lifecycle, rendered["templates"]))
+            warnings.extend(_image_warnings(service, lifecycle, done.templates))
+            warnings.extend(_gang_fit_warnings(service, lifecycle, done.templates))
     return errors
 
 
@@ -481,6 +488,7 @@ def _own_errors(manifest: Manifest, memo: LoadMemo | None) -> list[ManifestError
 def _service_errors(service: Manifest, runtime: Manifest | None, runtimes: dict,
                     operator: OperatorSettings, warnings: list[ManifestError],
                     resolved: dict, memo: LoadMemo | None, settings: str,
+                    shapes: dict[tuple, Rendered] | None = None,
                     ) -> tuple[list[ManifestError], bool]:
     """``service_errors`` and whether the service is managed, answered by the memo when
     the service, its runtime and the operator settings are as they were when it last
@@ -492,7 +500,7 @@ def _service_errors(service: Manifest, runtime: Manifest | None, runtimes: dict,
         warnings.extend(regrets)
         resolved.update(found)
         return [], managed
-    problems = service_errors(service, runtime, runtimes, operator, warnings, resolved)
+    problems = service_errors(service, runtime, runtimes, operator, warnings, resolved, shapes)
     managed = not problems and _is_managed(service, runtime, operator)
     if not problems and memo is not None and key is not None:
         packed = findings.pack((warnings, resolved, managed))
@@ -565,12 +573,13 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
     resolved: dict[tuple[ResourceId, str], Resolution] = {}
     ambiguous: set[ResourceId] = set()
     settings = repr(operator)  # what the memo's service keys read of the settings
+    shapes: dict[tuple, Rendered] = {}  # each shape's templates, rendered once a run
     for service in (m for m in candidates if m.id.kind == INFERENCE_SERVICE):
         runtime = catalog.runtime_for(service)
         regrets: list[ManifestError] = []
         found: dict[tuple[ResourceId, str], Resolution] = {}
         problems, managed = _service_errors(service, runtime, all_runtimes, operator,
-                                            regrets, found, memo, settings)
+                                            regrets, found, memo, settings, shapes)
         if len(copies[service.id]) > 1 and (managed or any(
                 _is_managed(copy, catalog.runtime_for(copy), operator)
                 for copy in copies[service.id][1:])):

