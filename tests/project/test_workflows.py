@@ -239,9 +239,16 @@ def test_a_release_builds_from_a_version_tag_the_image_the_pipelines_run():
     assert 'validate --repo /repo' in script, "the released image is run before it is pushed"
     version = re.search(r'^version = "(.+)"$', (REPO_ROOT / "pyproject.toml").read_text(),
                         re.MULTILINE).group(1)
+    chart = REPO_ROOT / "pipelines" / "chart"
     images = set(re.findall(r"image:\s*(\S+)", "\n".join(
-        p.read_text() for p in (REPO_ROOT / "pipelines").rglob("*.yaml"))))
+        p.read_text() for p in (REPO_ROOT / "pipelines").rglob("*.yaml")
+        if chart not in p.parents)))
     assert images == {f"{release['env']['IMAGE']}:{version}"}
+    # The chart names the same image: its repository, at its appVersion by default.
+    values = yaml.safe_load((chart / "omegitops" / "values.yaml").read_text())
+    meta = yaml.safe_load((chart / "omegitops" / "Chart.yaml").read_text())
+    assert values["image"]["repository"] == release["env"]["IMAGE"]
+    assert values["image"]["tag"] in ("", version) and meta["appVersion"] == version
 
 
 def test_a_release_publishes_to_pypi_by_trusted_publishing():
