@@ -59,7 +59,7 @@ def test_the_next_run_takes_what_the_last_one_found(repo):
 def test_the_file_is_json_signed_and_names_the_code(repo):
     data, _ = _first_run(repo)
     head, body = data.split(b"\n", 1)
-    magic, fmt, code, signature = head.split(b" ")
+    magic, fmt, _code, signature = head.split(b" ")
     assert (magic, fmt) == (b"omegitops-carried-memo", b"1") and len(signature) == 64
     state = orjson.loads(body)
     assert set(state) == {"files", "own", "services"}
