@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -26,10 +27,14 @@ from omegitops.commands.common import (
 )
 from omegitops.commands.get import replica_table
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
-from omegitops.gitops.branch import check_report_branch, publish_report
+from omegitops.gitops.branch import check_report_branch, publish_report, read_report_file
 from omegitops.gitops.credentials import redact
+from omegitops.gitops.gitcmd import GitError
+from omegitops.gitops.push import PushError
 from omegitops.gitops.repo import report_path
+from omegitops.manifests import carried
 from omegitops.manifests.load import load, resolved_components
+from omegitops.manifests.memo import LoadMemo
 from omegitops.report.views import replica_view
 from omegitops.util.errors import InputError, UsageError, os_error_text, print_errors
 from omegitops.util.files import temporary_folder
@@ -100,8 +105,50 @@ def _add_git_args(parser: argparse.ArgumentParser) -> None:
                              "main")
     parser.add_argument("--prune", action="store_true",
                         help="tear down components the repository no longer has")
+    parser.add_argument("--carried-memo", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --report-branch, read the load memo the last run left "
+                             "beside the report, and leave this run's there, signed with "
+                             f"${carried.ENV_KEY} (default: on when that key is set, "
+                             f"unless ${ENV_CARRIED}=off)")
     parser.add_argument("--author", default=DEFAULT_AUTHOR, metavar='"NAME <EMAIL>"',
                         help=f"author of report commits (default: {DEFAULT_AUTHOR})")
+
+
+# Turns the carried load memo off (``off``, ``false``, ``0``, ``no``) without a flag.
+ENV_CARRIED = "OMEGITOPS_CARRIED_MEMO"
+
+
+def _carry_key(args: argparse.Namespace) -> bytes | None:
+    """The key that signs the carried load memo, when this run carries one: it commits
+    onto a report branch, the memo is not turned off, and a key is set."""
+    wanted = args.carried_memo
+    if wanted is None:
+        wanted = os.environ.get(ENV_CARRIED, "").strip().lower() not in (
+            "off", "false", "0", "no")
+    if not wanted or args.report_branch is None:
+        return None
+    return carried.key_from_env()
+
+
+def _carried_in(args: argparse.Namespace, repo, folder, key: bytes) -> LoadMemo:
+    """The run's load memo with what the report branch carries (``carried.py``)."""
+    path = (folder / carried.FILE_NAME).as_posix()
+    where = f"{path} on branch {args.report_branch}"
+    try:
+        data = read_report_file(repo, args.report_branch, folder, carried.FILE_NAME,
+                                args.push, carried.MAX_BYTES)
+    except (PushError, GitError, OSError, ValueError) as err:
+        log.info("carried load memo not read from %s: %s", where, err)
+        data = None
+    return carried.carried_memo(data, key, cache_dir(args), where)
+
+
+def _carried_out(memo: LoadMemo | None, key: bytes | None) -> dict[str, bytes]:
+    """The carried load memo to commit beside the report, if any."""
+    if memo is None or key is None:
+        return {}
+    data = carried.encode(memo, key)
+    return {carried.FILE_NAME: data} if data is not None else {}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,8 +169,10 @@ def run(args: argparse.Namespace) -> int:
                              "was reconciled")
         if args.report_branch is not None:
             check_report_branch(repo, args.report_branch)
+        key = _carry_key(args) if folder is not None else None
+        memo = _carried_in(args, repo, folder, key) if key is not None else None
         loaded = load(repo.manifests, args.operator_values, shard.owns if shard else None,
-                      cache_dir=cache_dir(args))
+                      cache_dir=cache_dir(args), memo=memo)
         print_errors(loaded.result.errors)
         items = resolved_components(loaded)
         if shard is not None:
@@ -148,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"omegitops: not running: {err}", file=sys.stderr)
             return 0
         if folder is not None:
-            publish_report(repo, folder, report_dir, author, args.push, args.report_branch)
+            publish_report(repo, folder, report_dir, author, args.push, args.report_branch,
+                           _carried_out(memo, key))
     return code
 
 

@@ -217,11 +217,39 @@ def check_report_branch(checkout: Checkout, branch: str) -> str:
     return branch
 
 
+def read_report_file(checkout: Checkout, branch: str, folder: PurePosixPath, name: str,
+                     push: bool, max_bytes: int) -> bytes | None:
+    """The file ``name`` of the report folder on the report branch, as the last report
+    commit left it (fetched from the remote with ``push``, else the local branch); None
+    when there is none yet, or it is larger than ``max_bytes`` (then not read at all).
+    Raises ``PushError`` or ``GitError`` when the remote cannot be read."""
+    git = checkout.git
+    if git is None:
+        return None
+    if push:
+        parent = fetch_branch(git, report_target(checkout, branch))
+    else:
+        parent = _resolve(git, f"{LOCAL}{branch}")
+    if parent is None:
+        return None
+    path = (folder / name).as_posix()
+    status, out, _ = git.attempt("cat-file", "-s", f"{parent}:{path}")
+    if status != 0:
+        return None
+    if int(out.strip()) > max_bytes:
+        log.info("%s on branch %s not read: it is larger than %d bytes", path, branch,
+                 max_bytes)
+        return None
+    return git.read(parent, path)
+
+
 def publish_report(checkout: Checkout, folder: PurePosixPath, written: Path, author: Author,
-                   push: bool, branch: str | None) -> None:
+                   push: bool, branch: str | None,
+                   beside: dict[str, bytes] | None = None) -> None:
     """Commit (and with ``push``, push) the report written in ``written``: into the
     manifests' branch, where it was written in place (``branch`` None), or onto the
-    report branch ``branch``."""
+    report branch ``branch``, with the files ``beside`` it in the report folder (the
+    carried load memo), committed only with a report that changed."""
     from omegitops.gitops.commit import commit_report
     from omegitops.gitops.push import push_report
     from omegitops.report.status import MARKDOWN_FILE
@@ -235,6 +263,7 @@ def publish_report(checkout: Checkout, folder: PurePosixPath, written: Path, aut
         return
     files = {name: (written / name).read_bytes() for name in (JSON_FILE, MARKDOWN_FILE)
              if (written / name).is_file()}
+    files.update(beside or {})
     if push:
         commit_report_branch(checkout, report_target(checkout, branch), folder, files, author)
     else:

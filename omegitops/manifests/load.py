@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegitops.manifests.memo import memo_for
+from omegitops.manifests.memo import LoadMemo, memo_for
 from omegitops.manifests.operator_values import read_operator_values
 from omegitops.manifests.repository import (
     DEFAULT_VALUES_FILE,
@@ -33,23 +33,28 @@ class Loaded:
 @without_gc_pauses
 def load(root: Path | str, values_file: str | None = None,
          owns: Callable[[str], bool] | None = None,
-         cache_dir: Path | None = None) -> Loaded:
+         cache_dir: Path | None = None, memo: LoadMemo | None = None) -> Loaded:
     """Load and validate a repository; OperatorConfigError stops everything first.
     ``owns`` keeps the services of those namespaces only (``--shard``): a file whose
     objects are all in other namespaces is not read (when the pre-scan can tell), and
     only those services are validated and resolved. What was found for inputs seen
     before is taken from the load memo of ``cache_dir`` (``memo.py``; None: no memo),
-    and what is new is added to it."""
+    and what is new is added to it. A ``memo`` given instead (a carried one,
+    ``carried.py``) is the caller's: saved to its folder if it has one, and kept whole
+    for what the caller carries on."""
     root = Path(root)
     operator, values_path = read_operator_values(root, values_file)
     skip = values_file if values_file and not Path(values_file).is_absolute() \
         else DEFAULT_VALUES_FILE
-    memo = memo_for(cache_dir) if cache_dir is not None else None
+    given = memo is not None
+    if memo is None and cache_dir is not None:
+        memo = memo_for(cache_dir)
     repo = read_repository(root, skip, owns, memo)
     result = validate_repository(repo, operator, owns, memo)
     if memo is not None:
         memo.save()
-        memo.release()
+        if not given:
+            memo.release()
     # Every error is placed: the node trees (a tenth of a big pass's memory) can go.
     repo.release_nodes()
     return Loaded(root, operator, values_path, repo, result)

@@ -124,9 +124,10 @@ class _Entries:
 
 
 class LoadMemo:
-    """The memo of one cache folder."""
+    """The memo of one cache folder; with no folder, of this process only (the carried
+    memo, ``carried.py``, fills it and takes what the run used from it)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path | None) -> None:
         self.folder = folder
         # Why the folder is not used (another user can write it), once found.
         self.refused: str | None = None
@@ -134,6 +135,10 @@ class LoadMemo:
         self._changed = False
         self.hits = 0
         self.misses = 0
+        # Services whose checks the memo answered.
+        self.service_hits = 0
+        # The entries this process used or added: what a carried memo takes on.
+        self.touched: set[Any] = set()
 
     @property
     def _entries(self) -> _Entries:
@@ -144,8 +149,27 @@ class LoadMemo:
     def release(self) -> None:
         """Let go of the entries once saved (a tenth of a big fleet's loaded repository):
         the pass that follows needs none of them, and a later load reads them again."""
-        if not self._changed:
+        if not self._changed and self.folder is not None:
             self._held = None
+
+    def carry_in(self, files: dict[str, bytes], own: set[tuple[str, int]],
+                 services: dict[str, bytes]) -> None:
+        """Add what a carried memo holds, under what the folder's memo holds: an entry
+        is the same finding whichever memo has it, since both are keyed by content."""
+        entries = self._entries
+        for key, value in files.items():
+            entries.files.setdefault(key, value)
+        entries.own |= own
+        for key, value in services.items():
+            entries.services.setdefault(key, value)
+
+    def used_entries(self) -> tuple[dict[str, bytes], set[tuple[str, int]], dict[str, bytes]]:
+        """(files, own checks, services) this process used or added: what the next run
+        reads again if its inputs are the same."""
+        entries, touched = self._entries, self.touched
+        return ({k: v for k, v in entries.files.items() if k in touched},
+                {k for k in entries.own if k in touched},
+                {k: v for k, v in entries.services.items() if k in touched})
 
     # -- files --------------------------------------------------------------------
 
@@ -196,6 +220,7 @@ class LoadMemo:
         """What a service's checks found (``findings.pack``'s bytes), if remembered."""
         stored = self._entries.services.get(key)
         if stored is not None:
+            self.service_hits += 1
             self._use(key)
         return stored
 
@@ -209,11 +234,12 @@ class LoadMemo:
 
     def _use(self, key: Any) -> None:
         self._entries.used[key] = self._entries.saves
+        self.touched.add(key)
 
     def save(self) -> None:
         """Write the memo to its folder, if anything is new; entries left unused for
         ``KEEP_UNUSED_SAVES`` saves go. Never raises: a cache is only a cache."""
-        if not self._changed:
+        if not self._changed or self.folder is None:
             return
         entries = self._entries
         entries.saves += 1
@@ -240,6 +266,8 @@ class LoadMemo:
             log.debug("load memo not written to %s: %s", self.folder, err)
 
     def _read(self) -> _Entries:
+        if self.folder is None:
+            return _Entries()
         try:
             with _Folder(self.folder) as folder:
                 if self._refuse(folder.stat):

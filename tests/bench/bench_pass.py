@@ -10,8 +10,10 @@ on a simulated cluster first. Then, alternately and ``--runs`` times each:
 - the full pass, as ``omegitops reconcile`` makes it: load (with line
   tracking) and validate, resolve, observe, plan, apply (nothing to write on a
   converged fleet, which is checked), list and build the status report; with the
-  load memo an earlier run left in the cache folder (``pass``), and with none, as
-  the shipped pods start (``cold_pass``).
+  load memo an earlier run left in the cache folder (``pass``, warm), with none
+  (``cold_pass``), and with the memo an earlier run carried on the report branch
+  (``carried_pass``: a fresh process's memo, the signed JSON checked and decoded
+  inside the timing, as the shipped pods read it with ``OMEGITOPS_MEMO_KEY``).
 
 Both medians are taken in the same run, so the ratio holds on a shared, noisy
 machine. The simulated cluster is opened (its JSON state read) once, outside the
@@ -44,12 +46,13 @@ import yaml
 
 import omegitops
 from omegitops.cluster.sim import SimCluster
-from omegitops.manifests import memo
-from omegitops.manifests.memo import FILE_NAME
+from omegitops.manifests import carried, memo
+from omegitops.manifests.memo import FILE_NAME, LoadMemo
 from omegitops.manifests.repository import manifest_files
 from omegitops.util.gcpause import gc_paused
 
 TARGET = 3.0  # a converged pass at most 3x the parse floor, at 1,000 services
+CARRIED_KEY = b"the job's memo key, from its Secret"
 SHIPPED_TARGET = 3.5  # the shipped command, report written, at most 3.5x the floor (CPU)
 
 
@@ -133,7 +136,16 @@ def bench(workdir: Path, services: int, runs: int = 3) -> dict:
     try:
         # The memo of a run before this one, as a job whose cache folder persists has it.
         benchlib.full_pass(root, cluster, cache_dir=cache)
+        # The memo a run before this one left on the report branch, and what writing it
+        # costs that run at its end.
+        leaving = LoadMemo(None)
+        benchlib.full_pass(root, cluster, memo=leaving)
+        start = time.perf_counter()
+        carried_data = carried.encode(leaving, CARRIED_KEY)
+        carried_write = time.perf_counter() - start
+        del leaving
         parse_times, pass_times, cold_times, passes, colds = [], [], [], [], []
+        carried_times, carrieds = [], []
         for _ in range(runs):
             start = time.perf_counter()
             parse_only(root)
@@ -145,14 +157,22 @@ def bench(workdir: Path, services: int, runs: int = 3) -> dict:
             start = time.perf_counter()  # as the shipped pods run: no memo
             colds.append(benchlib.full_pass(root, cluster, cache_dir=None))
             cold_times.append(time.perf_counter() - start)
+            start = time.perf_counter()  # a new pod with the report branch's memo
+            fresh = carried.carried_memo(carried_data, CARRIED_KEY, None, "the report branch")
+            carrieds.append(benchlib.full_pass(root, cluster, memo=fresh))
+            carried_times.append(time.perf_counter() - start)
+            if not (fresh.hits and fresh.service_hits):
+                raise RuntimeError("the carried memo was not read")
+            del fresh
         checked = benchlib.full_pass(root, cluster, check_report=True, cache_dir=cache)
     finally:
         cluster.__exit__(None, None, None)
-    for last in (passes[-1], colds[-1]):
+    for last in (passes[-1], colds[-1], carrieds[-1]):
         if last["writes"] or last["busy"] or last["errors"]:
             raise RuntimeError(f"the fleet is not converged: {last}")
     parse_s, pass_s = statistics.median(parse_times), statistics.median(pass_times)
     cold_s = statistics.median(cold_times)
+    carried_s = statistics.median(carried_times)
 
     def stages_of(measured: list[dict]) -> dict:
         return {name: round(statistics.median(p["stages"][name] for p in measured), 4)
@@ -172,6 +192,11 @@ def bench(workdir: Path, services: int, runs: int = 3) -> dict:
         "cold_pass_seconds": round(cold_s, 4),
         "cold_pass_vs_parse_ratio": round(cold_s / parse_s, 2),
         "cold_stages_seconds": stages_of(colds),
+        "carried_pass_seconds": round(carried_s, 4),
+        "carried_pass_vs_parse_ratio": round(carried_s / parse_s, 2),
+        "carried_stages_seconds": stages_of(carrieds),
+        "carried_memo_bytes": len(carried_data or b""),
+        "carried_memo_write_seconds": round(carried_write, 4),
         "report_check_render_seconds": round(checked["stages"]["report_check_render"], 4),
         "sim_open_seconds": round(sim_open, 4),
         "writes_in_timed_passes": sum(p["writes"] for p in passes),

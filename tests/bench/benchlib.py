@@ -101,14 +101,15 @@ def converged_fleet(workdir: Path | str, services: int) -> tuple[Path, Path, dic
 
 
 def full_pass(root: Path, cluster, check_report: bool = False, owns=None,
-              cache_dir: Path | None = None) -> dict:
+              cache_dir: Path | None = None, memo=None) -> dict:
     """One whole pass on an open cluster, as ``reconcile`` does it: load + validate,
     resolve, observe + plan + apply, then list what the report needs and build it.
 
     ``check_report`` adds what ``--report-dir`` does besides (the report checked against
     its schema, the Markdown rendered); files are never written. ``owns`` makes it a
     ``--shard``'s pass (give the cluster the same ``namespace_scope``). ``cache_dir`` is
-    ``load``'s: where the load memo is kept (None: no memo, as the shipped pods).
+    ``load``'s: where the load memo is kept (None: no memo); ``memo`` is ``load``'s too
+    (a carried one, as the shipped pods read from the report branch).
     Returns counts and the seconds of each stage.
     """
     stages: dict[str, float] = {}
@@ -120,7 +121,7 @@ def full_pass(root: Path, cluster, check_report: bool = False, owns=None,
         stages[name] = now - clock
         clock = now
 
-    loaded = load(root, owns=owns, cache_dir=cache_dir)
+    loaded = load(root, owns=owns, cache_dir=cache_dir, memo=memo)
     lap("load_validate")
     items = resolved_components(loaded)
     lap("resolve")

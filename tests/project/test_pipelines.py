@@ -483,6 +483,17 @@ def test_no_secret_objects_and_credentials_only_from_the_secret():
 
 
 
+def test_the_jobs_carry_the_load_memo_signed_with_an_optional_secret():
+    """The key that signs the load memo carried on the report branch comes from its own
+    Secret, optional: a cluster without it runs every job cold, never fails to start."""
+    for kind, (_, container, _) in pod_settings().items():
+        by_name = {e["name"]: e for e in container["env"]}
+        ref = by_name["OMEGITOPS_MEMO_KEY"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "omegitops-memo", "key": "key", "optional": True}, kind
+        assert by_name["OMEGITOPS_CACHE_DIR"]["value"] == "", kind
+        assert "--report-branch" in container["args"], kind
+
+
 def secret_keys_read() -> set[str]:
     """The keys of the Secret ``omegitops-git`` that the three jobs read."""
     return {
