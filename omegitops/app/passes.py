@@ -153,7 +153,7 @@ def list_nodes(cluster: Cluster) -> dict[str, dict[str, Any]] | None:
 def nodes_refused(cluster: Cluster, err: Exception) -> None:
     """The account may not list (or watch) nodes: say so once, and stop asking."""
     log.warning("cannot list nodes (%s): Instances will not migrate off cordoned or "
-                "tainted nodes, and no PodDisruptionBudgets are kept; pipelines/rbac.yaml "
+                "tainted nodes, and no PodDisruptionBudgets are kept; pipelines/common/rbac.yaml "
                 "grants list and watch on nodes", err)
     cluster.stop_listing_nodes()
 
