@@ -111,7 +111,7 @@ def bench(workdir: Path, replicas: int) -> dict:
         cp.add_nodes(4, gpus=8)
         cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml"])
         cp.create_namespace(JOB_NAMESPACE)
-        cp.apply_file(PIPELINES / "rbac.yaml")
+        cp.apply_file(PIPELINES / "common" / "rbac.yaml")
         for namespace in ("bench", "peer"):
             cp.create_namespace(namespace, wait=True)
         core = k8s.CoreV1Api(cp.admin)
