@@ -3,11 +3,13 @@
     python tests/bench/run.py [--services 1000] [--sizes 10,100,1000] [--runs 3]
                               [--instances 16] [--workdir DIR] [--watch-services N]
                               [--watch-min-ready 30] [--no-control-plane]
-                              [--scale 10000]
+                              [--scale 10000] [--no-install]
 
 Each benchmark runs as its own process (``bench_pass.py``, ``bench_api.py``,
 ``bench_memory.py``, ``bench_rollout.py``, ``bench_shards.py``, and ``bench_watch.py`` and
-``bench_peer.py`` and ``bench_drain.py`` on the real control plane unless ``--no-control-plane``; each also runs alone and prints its
+``bench_peer.py`` and ``bench_drain.py`` on the real control plane unless ``--no-control-plane``, and
+``bench_install.py`` there too unless ``--no-install`` (two clusters with a real node,
+a few minutes); each also runs alone and prints its
 own document), sharing one work folder so that each converged fleet is built
 once. The top-level keys are the headline figures; ``details`` holds each
 benchmark's full document. Building the 1,000-service fleet (reconciling it
@@ -45,7 +47,7 @@ PEER_SIZES = (20, 200)
 def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
             watch_services: int | None = None, watch_min_ready: int = 30,
             scale: list[int] | None = None, peer_sizes: tuple[int, ...] = PEER_SIZES,
-            peer_trials: int = 3, peer_cadence: bool = True) -> dict:
+            peer_trials: int = 3, peer_cadence: bool = True, install: bool = True) -> dict:
     started = time.perf_counter()
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--workdir", str(workdir)]
@@ -66,10 +68,13 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
     largest = max(curve)
     rollout = _run("bench_rollout.py", "--instances", str(instances))
     shards = _run("bench_shards.py", "--services", str(services), "--runs", str(runs), *common)
-    real, peers, drain = {}, {}, {}
+    real, peers, drain, installed = {}, {}, {}, {}
     if watch_services is not None:
         # One kubectl drain beside a Deployment with a PodDisruptionBudget.
         drain = _run("bench_drain.py", "--replicas", "2")
+        if install:
+            # From a cluster without omegitops to the first green run, base and chart.
+            installed = _run("bench_install.py")
         real = _run("bench_watch.py", "--services", str(watch_services),
                     "--instances", str(instances), "--min-ready", str(watch_min_ready))
         # Beside the Deployment controller, inside 20 and 200 services (the cadence's
@@ -106,6 +111,9 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         "drain": {key: drain.get(key) for key in (
             "drain_seconds", "omegitops", "deployment", "serving_floor_ratio",
             "off_node_ratio")},
+        "install": {way: {key: figures[key] for key in (
+            "apply_seconds", "pull_and_start_seconds", "run_seconds", "first_green_seconds")}
+            for way, figures in installed.get("ways", {}).items()},
         "targets": {"pass_vs_parse_ratio": passed["target"], "lists_per_pass": api["list_target"],
                     "writes_when_converged": 0,
                     "peak_rss_mb": {str(services): memory["target_mb"], "10000": 1024},
@@ -125,7 +133,7 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         "wall_seconds": round(time.perf_counter() - started, 1),
         "details": {"pass": passed, "api": api, "memory": memory, "rollout": rollout,
                     "rollout_real": real, "shards": shards, "peer": peers,
-                    "drain": drain},
+                    "drain": drain, "install": installed},
     }
 
 
@@ -147,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-trials", type=int, default=3)
     parser.add_argument("--no-peer-cadence", action="store_true",
                         help="skip bench_peer.py's one-pass-a-minute rollout (15 minutes)")
+    parser.add_argument("--no-install", action="store_true",
+                        help="skip bench_install.py (the base and the chart installed on "
+                             "clusters of their own, with a real node)")
     parser.add_argument("--no-control-plane", action="store_true",
                         help="skip bench_watch.py, which starts the real control plane")
     args = parser.parse_args(argv)
@@ -157,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                            args.instances, watch_services, args.watch_min_ready,
                            [int(n) for n in args.scale.split(",") if n],
                            tuple(int(n) for n in args.peer_sizes.split(",") if n),
-                           args.peer_trials, not args.no_peer_cadence)
+                           args.peer_trials, not args.no_peer_cadence, not args.no_install)
     json.dump(document, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -40,7 +40,9 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
     # at a time, no minReadySeconds, beside a fleet of 2 services.
     real = ["--no-control-plane"] if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip" \
         else ["--watch-services", "2", "--watch-min-ready", "0", "--peer-sizes", "2",
-              "--peer-trials", "1", "--no-peer-cadence"]
+              "--peer-trials", "1", "--no-peer-cadence",
+              # Two clusters with a real node: minutes, over this test's budget.
+              "--no-install"]
     if "--no-control-plane" not in real:
         # A cold build of the control plane takes about ten minutes: it is made (or
         # waited for, under build.sh's lock) here, with no timeout, so that the

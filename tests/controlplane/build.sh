@@ -19,7 +19,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${OMEGITOPS_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/omegitops/controlplane}"
-key="$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)"
+# The version stamp (below) is part of the key: binaries built before it said
+# v0.0.0-master, which a chart's kubeVersion refuses.
+key="$( (cat "$here/go.mod" "$here/go.sum"; echo "version-stamped") | sha256sum | cut -c1-16)"
 bin="$cache/$key/bin"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok kubelet kube-proxy)
 
@@ -76,11 +78,26 @@ build_kubectl() {
   trap 'rm -rf "$scratch"' EXIT
   cp "$here/go.mod" "$here/go.sum" "$scratch/"
   echo "control plane: building kubectl ($(go version | cut -d' ' -f3))" >&2
-  (cd "$scratch" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags='-s -w' \
+  (cd "$scratch" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags="-s -w $(version_stamp)" \
     -o "$scratch/kubectl" k8s.io/kubernetes/cmd/kubectl)
   mv "$scratch/kubectl" "$bin/kubectl"
   rm -rf "$scratch"
   trap - EXIT
+}
+
+# The release a released binary reports (`kubectl version`, the API server's /version):
+# k8s.io/kubernetes's version in go.mod, as the release's build scripts stamp it. A
+# build from the module proxy otherwise says v0.0.0-master, and Helm refuses to install
+# a chart whose kubeVersion that fails (every chart that sets one).
+version_stamp() {
+  local version major minor
+  version="$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+  major="${version#v}"; major="${major%%.*}"
+  minor="${version#v*.}"; minor="${minor%%.*}"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    printf -- '-X %s.gitVersion=%s -X %s.gitMajor=%s -X %s.gitMinor=%s -X %s.gitTreeState=clean ' \
+      "$pkg" "$version" "$pkg" "$major" "$pkg" "$minor" "$pkg"
+  done
 }
 
 if [ "${1:-}" = helm ]; then
@@ -104,7 +121,7 @@ echo "control plane: building ${binaries[*]} ($(go version | cut -d' ' -f3)); a 
 cd "$here"
 # -trimpath and no debug information: smaller binaries, the same behaviour.
 # The etcd main package is the module root of go.etcd.io/etcd/server/v3.
-CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/" \
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $(version_stamp)" -o "$tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler \

@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -75,10 +76,7 @@ def build_helm() -> Path:
 def install_omegitops(cp: ControlPlane, nodes: int = NODES) -> None:
     """KWOK's GPU nodes, OME's CRDs (when ../shared has them), the InferenceReplica and
     PodGroup CRDs, the job's namespace and the RBAC of ``pipelines/``."""
-    cp.add_nodes(nodes, gpus=GPUS)
-    if OME_CRDS.is_dir():
-        cp.apply_files(sorted(OME_CRDS.glob("*.yaml")))
-        cp.ome_crds = True
+    install_prerequisites(cp, nodes)
     cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml",
                     module_dir(SCHEDULER_PLUGINS) / "config" / "crd" / "bases"
                     / "scheduling.x-k8s.io_podgroups.yaml"])
@@ -87,43 +85,65 @@ def install_omegitops(cp: ControlPlane, nodes: int = NODES) -> None:
     cp.job_kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
 
 
-@pytest.fixture(scope="session")
-def node_cluster(tmp_path_factory):
-    """A control plane of its own with a real node beside KWOK's nodes (realnode.py):
-    the images the Dockerfile and node/images.sh build, run by a kubelet. Its pods reach
-    the API server at the ``kubernetes`` Service and ``cp.git`` (a git daemon) by
-    address. Needs root (skipped otherwise, with the reason); installs what it needs
-    from Debian when missing. ``OMEGITOPS_NODE=skip`` leaves it out."""
-    if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip":
-        pytest.skip("OMEGITOPS_CONTROLPLANE=skip")
-    if os.environ.get("OMEGITOPS_NODE") == "skip":
-        pytest.skip("OMEGITOPS_NODE=skip")
-    if sys.platform != "linux" or os.geteuid() != 0:
-        pytest.skip("a real node needs root on Linux (containerd, iptables, a bridge)")
+def install_prerequisites(cp: ControlPlane, nodes: int = NODES) -> None:
+    """What a cluster has before omegitops is installed: KWOK's GPU nodes and OME's
+    CRDs (when ../shared has them); no InferenceReplica CRD, no namespace, no RBAC."""
+    cp.add_nodes(nodes, gpus=GPUS)
+    if OME_CRDS.is_dir():
+        cp.apply_files(sorted(OME_CRDS.glob("*.yaml")))
+        cp.ome_crds = True
+
+
+@contextmanager
+def running_node_cluster(workdir: Path, *, installed: bool = True):
+    """A control plane of its own with a real node beside KWOK's nodes (realnode.py),
+    the git daemon ``cp.git`` on the pods' bridge. ``installed``: with omegitops'
+    CRD, namespace (Pod Security ``restricted`` enforced) and RBAC, as the tests'
+    clusters have them; otherwise empty of omegitops, as a user's cluster before the
+    install. Needs root; one at a time on a machine (the bridge has a fixed name)."""
     from realnode import GitDaemon, PodNetwork, RealNode, build_images
 
-    installed = subprocess.run(["bash", str(HERE / "node" / "install.sh")], check=False,
-                               capture_output=True, text=True)
-    assert installed.returncode == 0, installed.stderr[-3000:]
+    installed_packages = subprocess.run(["bash", str(HERE / "node" / "install.sh")],
+                                        check=False, capture_output=True, text=True)
+    assert installed_packages.returncode == 0, installed_packages.stderr[-3000:]
     bin_dir = build_control_plane()
     images = build_images()
-    workdir = tmp_path_factory.mktemp("nodecluster")
     network = PodNetwork()
     network.create()
     try:
         with ControlPlane(bin_dir, workdir, pod_network_gateway=network.gateway) as cp:
-            install_omegitops(cp)
-            # The job's namespace as a careful cluster keeps it: every pod there must
-            # meet the restricted Pod Security Standard (the CronJob's, Argo's).
-            k8s.CoreV1Api(cp.admin).patch_namespace(JOB_NAMESPACE, {"metadata": {"labels": {
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "pod-security.kubernetes.io/enforce-version": "latest"}}})
+            if installed:
+                install_omegitops(cp)
+                # The job's namespace as a careful cluster keeps it: every pod there
+                # must meet the restricted Pod Security Standard (the CronJob's, Argo's).
+                k8s.CoreV1Api(cp.admin).patch_namespace(JOB_NAMESPACE, {"metadata": {
+                    "labels": {"pod-security.kubernetes.io/enforce": "restricted",
+                               "pod-security.kubernetes.io/enforce-version": "latest"}}})
+            else:
+                install_prerequisites(cp)
             with RealNode(cp, network, images) as node, \
                     GitDaemon(workdir / "git", network.gateway) as daemon:
                 cp.node, cp.git, cp.images = node, daemon, images
                 yield cp
     finally:
         network.delete()
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory):
+    """The cluster of ``running_node_cluster``, omegitops installed: the images the
+    Dockerfile and node/images.sh build, run by a kubelet. Its pods reach the API
+    server at the ``kubernetes`` Service and ``cp.git`` (a git daemon) by address.
+    Needs root (skipped otherwise, with the reason); installs what it needs from
+    Debian when missing. ``OMEGITOPS_NODE=skip`` leaves it out."""
+    if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip":
+        pytest.skip("OMEGITOPS_CONTROLPLANE=skip")
+    if os.environ.get("OMEGITOPS_NODE") == "skip":
+        pytest.skip("OMEGITOPS_NODE=skip")
+    if sys.platform != "linux" or os.geteuid() != 0:
+        pytest.skip("a real node needs root on Linux (containerd, iptables, a bridge)")
+    with running_node_cluster(tmp_path_factory.mktemp("nodecluster")) as cp:
+        yield cp
 
 
 _namespaces = itertools.count()

@@ -173,9 +173,14 @@ def job_from_cronjob(cronjob: dict, name: str) -> dict:
 
 def run_job(cp, job: dict, seconds: float) -> str:
     """Create the Job, wait until it finishes; returns its pod's story."""
+    k8s.BatchV1Api(cp.admin).create_namespaced_job(JOB_NAMESPACE, job)
+    return wait_for_job(cp, job["metadata"]["name"], seconds)
+
+
+def wait_for_job(cp, name: str, seconds: float) -> str:
+    """Wait until the Job ``name`` finishes, assert it Complete and its pod on the real
+    node; returns its pod's story."""
     batch = k8s.BatchV1Api(cp.admin)
-    batch.create_namespaced_job(JOB_NAMESPACE, job)
-    name = job["metadata"]["name"]
     deadline = time.monotonic() + seconds
     while True:
         cp.check()

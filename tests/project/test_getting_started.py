@@ -65,3 +65,17 @@ def test_the_simulated_walkthrough_runs_as_written(tmp_path):
     status = shown["omegitops instance status deepseek-r1 0 -n deepseek-r1"]
     assert re.search(r"Incarnation:\s+2", status) and re.search(r"Phase:\s+Ready", status)
     assert "deepseek-r1-engine-0-worker-0" in shown["omegitops sim show"]
+
+
+def test_the_helm_way_leaves_the_namespace_to_step_one():
+    """Step 1 makes the namespace (for the Secret); ``helm install`` then refuses a
+    chart that makes it again ("invalid ownership metadata", seen on the real control
+    plane by tests/bench/bench_install.py), and needs the namespace to keep its release
+    record in. So the guide's Helm way says ``namespace.create=false``."""
+    text = GUIDE.read_text(encoding="utf-8")
+    cluster = text[text.index("## On a real cluster"):]
+    assert "kubectl create namespace omegitops" in cluster
+    prose = re.sub(r"```.*?```", "", cluster, flags=re.DOTALL)
+    (helm,) = [" ".join(c.split()) for c in re.findall(r"`([^`]+)`", prose)
+               if c.startswith("helm install ")]
+    assert "--set namespace.create=false" in helm, helm
