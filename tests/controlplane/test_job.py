@@ -298,6 +298,9 @@ def test_one_pass_with_a_report_lists_each_kind_once_and_only_warning_events(
     assert counts.pop("podgroups", 1) == 1
     # One LIST of each: the table and the report read the InferenceReplicas as the pass
     # left them, not a second LIST.
+    # Nodes (migration off a cordoned or tainted node) and the components'
+    # PodDisruptionBudgets are observed by the pass too.
     assert counts == {"pods": 1, "inferencereplicas": 1, "controllerrevisions": 1,
-                      "services": 1, "events": 1}, lists
+                      "services": 1, "events": 1, "nodes": 1,
+                      "poddisruptionbudgets": 1}, lists
     assert lists["events"][0]["fieldSelector"] == "type=Warning"
