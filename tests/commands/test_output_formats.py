@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import pytest
 import yaml
 
 from omegitops.cli import build_parser
@@ -74,14 +73,6 @@ def test_plan_yaml(cli):
     document = same_document(cli, "plan", "--repo", str(EXAMPLES), "--cache-dir", "",
                              "--no-forecast")
     assert document["summary"]["changing"] > 0
-
-
-@pytest.fixture
-def settled(cli, tmp_path):
-    spec = f"sim:{tmp_path / 'cluster.json'}"
-    code, _, err = cli("reconcile", "--repo", str(EXAMPLES), "--cluster", spec, "--until-idle")
-    assert code == 0, err
-    return spec
 
 
 def test_events_and_sim_show_yaml(cli, settled):

@@ -10,15 +10,6 @@ from omegitops.cluster.sim import SimCluster
 from tests.conftest import EXAMPLES
 
 
-@pytest.fixture
-def settled(cli, tmp_path):
-    """A sim cluster on which examples/ has been reconciled until idle; returns --cluster."""
-    spec = f"sim:{tmp_path / 'cluster.json'}"
-    code, _, err = cli("reconcile", "--repo", str(EXAMPLES), "--cluster", spec, "--until-idle")
-    assert code == 0, err
-    return spec
-
-
 def instance_json(cli, cluster, *args):
     code, out, err = cli("instance", *args, "--cluster", cluster, "-o", "json")
     assert code == 0, err
