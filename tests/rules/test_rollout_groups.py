@@ -290,35 +290,49 @@ def test_a_group_at_rest_stays_converged(tmp_path):
     assert not result.busy
 
 
+BLUE_GREEN = {"groups": [{**PD, "strategy": "blueGreen"}]}
+ONE_AT_A_TIME = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
+
+
+def _switched(s, name: str) -> int:
+    """Instances of ``name`` on its new revision, or handed over to it."""
+    target = _target(s, name)
+    return sum(1 for r in _rows(s, name) if r["revision"] == target
+               or (r.get("operation") or {}).get("handedOver"))
+
+
+def _all_at_once(moved: list[int], switched_at: list[int]):
+    """A watch: either no Instance of the group has switched or all have, and no new
+    pod serves before the switch (the preview set is out of rotation until then).
+    Records the Instances moving to their new revision each pass in ``moved``, and
+    the pass of the switch in ``switched_at``."""
+    names = (ENGINE, DECODER)
+
+    def watch(s) -> None:
+        count = sum(_switched(s, n) for n in names)
+        assert count in (0, sum(_count(s, n) for n in names)), {
+            n: (_switched(s, n), _moved(s, n)) for n in names}
+        serving_new = [p["metadata"]["name"] for n in names for p in s.pods(f"{n}-")
+                       if P.revision_of(p) == _target(s, n) and P.gate_set(p)]
+        assert count or not serving_new, serving_new
+        moved.append(sum(_moved(s, n) for n in names))
+        if count and not switched_at:
+            switched_at.append(len(s.results))
+    return watch
+
+
 def test_a_blue_green_group_switches_every_member_at_once(backend):
     """``strategy: blueGreen``: every engine and decoder brings up its new pod beside
     the old one, out of rotation, whatever their own maxSurge; once all are Available
     every member hands over in the same pass, then the old pods drain. After every pass
     either no Instance of the group serves from its new pods or all do: the engines,
     Ready long before the decoders, wait for them."""
-    one = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
-    service = _service(replicas=2, lifecycle=one, decoder_lifecycle=one, decoder_startup=60)
+    service = _service(replicas=2, lifecycle=ONE_AT_A_TIME, decoder_lifecycle=ONE_AT_A_TIME,
+                       decoder_startup=60)
     scenario, change = backend.converged(**service)
-    change(**{**service, "image": "sglang:v2",
-              "rollout": {"groups": [{**PD, "strategy": "blueGreen"}]}})
-    names = (ENGINE, DECODER)
-    peak = []
-
-    def switched(s, name: str) -> int:
-        target = _target(s, name)
-        return sum(1 for r in _rows(s, name) if r["revision"] == target
-                   or (r.get("operation") or {}).get("handedOver"))
-
-    def at_once(s):
-        count = sum(switched(s, n) for n in names)
-        assert count in (0, sum(_count(s, n) for n in names)), {
-            n: (switched(s, n), _moved(s, n)) for n in names}
-        # The preview set is out of rotation until the switch.
-        serving_new = [p["metadata"]["name"] for n in names for p in s.pods(f"{n}-")
-                       if P.revision_of(p) == _target(s, n) and P.gate_set(p)]
-        assert count or not serving_new, serving_new
-        peak.append(sum(_moved(s, n) for n in names))
-    scenario.watches.append(at_once)
+    change(**{**service, "image": "sglang:v2", "rollout": BLUE_GREEN})
+    peak: list[int] = []
+    scenario.watches.append(_all_at_once(peak, []))
     scenario.until(_settled, seconds=400)
     assert max(peak) == 4, peak  # the whole new set beside the old
     assert scenario.status(ENGINE)["group"]["strategy"] == "blueGreen"
@@ -330,35 +344,18 @@ def test_a_blue_green_group_of_gangs_switches_every_member_at_once(backend):
     leader and workers out of rotation, Ready once their containers have been ready for
     minReadySeconds; serving switches to every member's new set in one pass, then the
     old Instances drain whole. After every pass no new pod serves before the switch."""
-    one = strategy("SurgeThenDrain", maxSurge=1, maxUnavailable=0)
-    service = _service(replicas=2, workers=1, lifecycle=one, decoder_lifecycle=one,
-                       decoder_startup=60)
+    service = _service(replicas=2, workers=1, lifecycle=ONE_AT_A_TIME,
+                       decoder_lifecycle=ONE_AT_A_TIME, decoder_startup=60)
     scenario, change = backend.converged(**service)
     old_indices = {r["index"] for r in _rows(scenario, ENGINE)}
-    change(**{**service, "image": "sglang:v2",
-              "rollout": {"groups": [{**PD, "strategy": "blueGreen"}]}})
-    names = (ENGINE, DECODER)
+    change(**{**service, "image": "sglang:v2", "rollout": BLUE_GREEN})
     switched_at: list[int] = []
-
-    def handed(s, name: str) -> int:
-        target = _target(s, name)
-        return sum(1 for r in _rows(s, name) if r["revision"] == target
-                   or (r.get("operation") or {}).get("handedOver"))
-
-    def at_once(s):
-        count = sum(handed(s, n) for n in names)
-        total = sum(_count(s, n) for n in names)
-        assert count in (0, total), {n: handed(s, n) for n in names}
-        serving_new = [p["metadata"]["name"] for n in names for p in s.pods(f"{n}-")
-                       if P.revision_of(p) == _target(s, n) and P.gate_set(p)]
-        assert count or not serving_new, serving_new
-        if count and not switched_at:
-            switched_at.append(len(s.results))
-    scenario.watches.append(at_once)
+    scenario.watches.append(_all_at_once([], switched_at))
     scenario.until(_settled, seconds=400)
     assert switched_at
     new_indices = {r["index"] for r in _rows(scenario, ENGINE)}
     assert not new_indices & old_indices, (old_indices, new_indices)
+    # A migration or a multi-pod surge's replacement starts at incarnation 1 (instances.txt).
     assert {r["incarnation"] for r in _rows(scenario, ENGINE)} == {1}
 
 
