@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import cast
 
 from omegitops.app.run import RunOutcome, pruning, run_passes
@@ -31,7 +31,7 @@ from omegitops.gitops.branch import check_report_branch, publish_report, read_re
 from omegitops.gitops.credentials import redact
 from omegitops.gitops.gitcmd import GitError
 from omegitops.gitops.push import PushError
-from omegitops.gitops.repo import report_path
+from omegitops.gitops.repo import Checkout, report_path
 from omegitops.manifests import carried
 from omegitops.manifests.load import load, resolved_components
 from omegitops.manifests.memo import LoadMemo
@@ -130,7 +130,8 @@ def _carry_key(args: argparse.Namespace) -> bytes | None:
     return carried.key_from_env()
 
 
-def _carried_in(args: argparse.Namespace, repo, folder, key: bytes) -> LoadMemo:
+def _carried_in(args: argparse.Namespace, repo: Checkout, folder: PurePosixPath,
+                key: bytes) -> LoadMemo:
     """The run's load memo with what the report branch carries (``carried.py``)."""
     path = (folder / carried.FILE_NAME).as_posix()
     where = f"{path} on branch {args.report_branch}"
@@ -170,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         if args.report_branch is not None:
             check_report_branch(repo, args.report_branch)
         key = _carry_key(args) if folder is not None else None
-        memo = _carried_in(args, repo, folder, key) if key is not None else None
+        memo = _carried_in(args, repo, folder, key) \
+            if folder is not None and key is not None else None
         loaded = load(repo.manifests, args.operator_values, shard.owns if shard else None,
                       cache_dir=cache_dir(args), memo=memo)
         print_errors(loaded.result.errors)

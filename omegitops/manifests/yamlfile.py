@@ -7,7 +7,6 @@ cross-object check) can be traced back to its line without parsing twice.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,27 +195,20 @@ def list_items(doc: Document) -> list[Document] | None:
     return items
 
 
-def _without_base_60(resolvers: dict[str, list]) -> dict[str, list]:
-    """YAML 1.1's implicit tags, but for base 60: go-yaml, which kubectl reads manifests
-    with, takes ``1:30`` for a string, not for 90. A plain scalar with a colon is never
-    an integer or a float here; it falls through to the next resolver (no timestamp
-    holds one without a dash), and so to a string. In the table, not in an override of
-    ``resolve``: that was a Python call more for every scalar of every file."""
-    colon_free = {}
-    for tag in (INT_TAG, FLOAT_TAG):
-        pattern = next(rx for rxs in resolvers.values() for t, rx in rxs if t == tag)
-        colon_free[tag] = re.compile(r"^(?![\s\S]*:)" + pattern.pattern[1:], pattern.flags)
-    return {first: [(tag, colon_free.get(tag, rx)) for tag, rx in rxs]
-            for first, rxs in resolvers.items()}
-
-
 class _Loader(_Parser):
     """The safe loader, reading as kubectl (go-yaml) reads: no base-60 numbers, and
     merge keys resolved as go-yaml resolves them, whatever PyYAML's own version does
     (6.0.4 lets the later mapping of ``<<: [*a, *b]`` win; go-yaml, and YAML's merge
     key spec, the earlier)."""
 
-    yaml_implicit_resolvers = _without_base_60(_Parser.yaml_implicit_resolvers)
+    def resolve(self, kind: type, value: str, implicit: tuple[bool, bool]) -> str:
+        """YAML 1.1's tag for a plain scalar, but for base 60: go-yaml, which kubectl
+        reads manifests with, takes ``1:30`` for a string, not for 90."""
+        tag = super().resolve(kind, value, implicit)
+        if kind is yaml.ScalarNode and implicit[0] and tag in (INT_TAG, FLOAT_TAG) and \
+                ":" in value:
+            return STR_TAG
+        return str(tag)
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         """Replace the ``<<`` keys of ``node`` by the pairs they merge, put first so

@@ -43,6 +43,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from omegitops.cluster.base import EVENT, INFERENCE_REPLICA
@@ -573,21 +574,10 @@ def render_json(report: dict) -> str:
     does, in C: the standard library's encoder is pure Python once it indents, and at
     1,000 services that was a second of the job. Data orjson refuses (an integer past
     64 bits) is written by the standard library."""
-    fast = _indented_json()
-    if fast is not None:
-        try:
-            return fast(report) + "\n"
-        except TypeError:
-            pass
-    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-
-
-def _indented_json() -> Callable[[Any], str] | None:
     try:
-        import orjson
-    except ImportError:  # pragma: no cover - a wheel exists for every CI platform
-        return None
-    return lambda value: orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+        return orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
+    except TypeError:
+        return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
 
 
 def write_atomic(path: Path, text: str) -> bool:
