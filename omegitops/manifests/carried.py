@@ -86,11 +86,11 @@ def encode(memo: LoadMemo, key: bytes) -> bytes | None:
     """The signed file of what ``memo`` used or found in this process; None when it
     holds nothing, or more than ``MAX_BYTES``."""
     files, own, services = memo.used_entries()
+    if not (files or own or services):
+        return None
     parts = [b'"files":{', _join(files, _documents_json), b'},"own":',
              orjson.dumps(sorted(own)), b',"services":{', _join(services, _finding_json),
              b"}"]
-    if not (files or own or services):
-        return None
     body = b"{" + b"".join(parts) + b"}\n"
     head = _first_line(code_fingerprint())
     if len(body) + len(head) + 80 > MAX_BYTES:
