@@ -24,6 +24,8 @@ import hashlib
 import json
 from typing import Any
 
+import orjson
+
 from omegitops.model.state import Json
 from omegitops.render.component import DesiredComponent, ObservedComponent
 
@@ -69,9 +71,29 @@ def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
                                        (node.get("spec") or {}).get("taints")]
             for name, node in observed.nodes.items()},
     }
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str,
-                      check_circular=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return hashlib.sha256(_encoded(document)).hexdigest()[:32]
+
+
+# orjson writes what json.dumps(sort_keys=True, separators=(",", ":"), default=str) writes
+# for these documents, 2.5 times as fast (a fifth of a converged pass at 1,000 services
+# went to this encoding); a dataclass goes through ``default`` as json.dumps sends it.
+_ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _encoded(document: Any) -> bytes:
+    """The document as canonical JSON: the same bytes whichever encoder wrote them, so
+    that fingerprints recorded before are still recognised. Where orjson would differ
+    (text past ASCII, which json.dumps escapes; an integer past 64 bits, which orjson
+    refuses), json.dumps writes it. (A float in exponent form, which no field read here
+    holds, is written otherwise: its component would be planned once more, no worse.)"""
+    try:
+        text = orjson.dumps(document, option=_ORJSON, default=str)
+        if text.isascii():
+            return text
+    except TypeError:
+        pass
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), default=str,
+                      check_circular=False).encode()
 
 
 def recorded(observed: ObservedComponent) -> str | None:

@@ -118,3 +118,22 @@ def test_a_cordoned_node_is_seen_at_once(tmp_path, planned):
     scenario.run_pass()
     assert planned == ["engine"]
     assert {r["index"]: r["phase"] for r in scenario.rows(NAME)}[0] == "Migrating"
+
+
+@pytest.mark.parametrize("document", [
+    {"desired": ["abc", False, None, {"b": 1, "a": [1, 2, 3]}], "pods": [("p-0", "17")]},
+    {"z": {"y": {"x": [None, True, 0.5, 30.0, -7]}}, "a": "text \"quoted\" \\ / \t"},
+    {"name": "café ☕", "nested": ["ü"]},  # past ASCII: json.dumps escapes it
+    {"big": 2**70, "small": -(2**70)},  # past 64 bits: orjson refuses it
+    {"dated": __import__("datetime").date(2026, 12, 6), "set": ("a", "b")},
+])
+def test_the_fingerprint_encodes_as_json_dumps_did(document):
+    """Fingerprints recorded before are still recognised: the encoding is byte for byte
+    the canonical json.dumps one it replaced."""
+    import json
+
+    from omegitops.lifecycle.converged import _encoded
+
+    assert _encoded(document) == json.dumps(
+        document, sort_keys=True, separators=(",", ":"), default=str,
+        check_circular=False).encode()
