@@ -90,11 +90,15 @@ def converged_fleet(workdir: Path | str, services: int) -> tuple[Path, Path, dic
         if any(not plan.is_noop for _, plan in settle.plans):
             raise RuntimeError(f"the {services}-service fleet was still moving")
         result = run_pass(cluster, items)
-        pods = len(cluster.list_pods(MANAGED))
-    if result.applied or result.busy or result.errors or pods != counts["pods"]:
+        listed = cluster.list_pods(MANAGED)
+        pods = len(listed)
+        # At rest is not enough: Instances whose pods never fit a node end at rest too,
+        # Failed (a fleet too big for its simulated nodes).
+        unbound = sum(1 for pod in listed if not pod["spec"].get("nodeName"))
+    if result.applied or result.busy or result.errors or pods != counts["pods"] or unbound:
         raise RuntimeError(f"the {services}-service fleet did not converge: {result.applied} "
                            f"writes, busy={result.busy}, {pods}/{counts['pods']} pods, "
-                           f"errors={result.errors[:3]}")
+                           f"{unbound} unscheduled, errors={result.errors[:3]}")
     counts = {**counts, "sim": size, "convergeSeconds": round(time.perf_counter() - start, 1)}
     marker.write_text(json.dumps(counts))
     return root, cluster_path, counts

@@ -38,6 +38,8 @@ STRATEGIES = (
 )
 TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 CLUSTER_RUNTIMES = 4
+# GPU pods a simulated node holds: its 128 CPUs over the 8 each runner asks for.
+GPU_PODS_PER_NODE = 16
 VALUES = {"ome": {"controller": {
     "updateStrategy": {c: {"type": "SurgeThenDrain", "maxSurge": "25%", "maxUnavailable": "25%"}
                        for c in ("engine", "decoder", "router")},
@@ -159,12 +161,16 @@ def gpus_needed(services: int) -> int:
 def sim_size(services: int, gpus_per_node: int | None = None) -> dict[str, int]:
     """``SimCluster.init`` arguments with room for the fleet plus a surge (about 40% spare).
 
-    Past 1,000 services the nodes get 64 GPUs each: the simulated scheduler looks
+    Past 1,000 services the nodes get 16 GPUs each: the simulated scheduler looks
     at every node for every pod, and 14,000 nodes would make a 10,000-service fleet
-    a matter of its scheduling rather than of omegitops."""
+    a matter of its scheduling rather than of omegitops. No more than 16: a node has
+    128 CPUs (``capacity/nodes.py``) and each GPU pod here asks for 8, so a node of 64
+    GPUs would hold 16 pods all the same, and three in four of the fleet's pods would
+    wait unscheduled until their Instances failed."""
     if gpus_per_node is None:
-        gpus_per_node = 8 if services <= 1000 else 64
-    nodes = max(2, math.ceil(gpus_needed(services) * 1.4 / gpus_per_node))
+        gpus_per_node = 8 if services <= 1000 else GPU_PODS_PER_NODE
+    per_node = min(gpus_per_node, GPU_PODS_PER_NODE)
+    nodes = max(2, math.ceil(gpus_needed(services) * 1.4 / per_node))
     routers = sum(1 for n in range(services) if SHAPES[n % len(SHAPES)] == "pd")
     return {"nodes": nodes, "gpus_per_node": gpus_per_node,
             "cpu_nodes": max(2, math.ceil(routers * 1.4 / 100))}

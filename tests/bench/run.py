@@ -7,7 +7,7 @@
 
 Each benchmark runs as its own process (``bench_pass.py``, ``bench_api.py``,
 ``bench_memory.py``, ``bench_rollout.py``, ``bench_shards.py``, and ``bench_watch.py`` and
-``bench_peer.py`` and ``bench_drain.py`` on the real control plane unless ``--no-control-plane``, and
+``bench_peer.py``, ``bench_cluster.py`` and ``bench_drain.py`` on the real control plane unless ``--no-control-plane``, and
 ``bench_install.py`` there too unless ``--no-install`` (two clusters with a real node,
 a few minutes); each also runs alone and prints its
 own document), sharing one work folder so that each converged fleet is built
@@ -68,13 +68,17 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
     largest = max(curve)
     rollout = _run("bench_rollout.py", "--instances", str(instances))
     shards = _run("bench_shards.py", "--services", str(services), "--runs", str(runs), *common)
-    real, peers, drain, installed = {}, {}, {}, {}
+    real, peers, drain, installed, cluster = {}, {}, {}, {}, {}
     if watch_services is not None:
         # One kubectl drain beside a Deployment with a PodDisruptionBudget.
         drain = _run("bench_drain.py", "--replicas", "2")
         if install:
             # From a cluster without omegitops to the first green run, base and chart.
             installed = _run("bench_install.py")
+        # The fleet on the real API server: bring-up, a converged run, a runtime's bump
+        # beside the Deployment controller (with no minReadySeconds: no sim: twin).
+        cluster = _run("bench_cluster.py", "--services", str(watch_services), *common,
+                       *(["--no-min-ready"] if watch_min_ready == 0 else []))
         real = _run("bench_watch.py", "--services", str(watch_services),
                     "--instances", str(instances), "--min-ready", str(watch_min_ready))
         # Beside the Deployment controller, inside 20 and 200 services (the cadence's
@@ -108,6 +112,12 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
             "rollout_ratio", "rollout_vs_deployment_plus_drain_ratio", "decomposition_seconds",
             "requests_ratio", "cadence_requests_ratio")} for size, doc in peers.items()},
         "api_bytes_per_rollout_ratio": real.get("api_bytes_per_rollout_ratio"),
+        "real_api_server": {key: cluster.get(key) for key in (
+            "converged_vs_sim_ratio", "bump_vs_deployments_ratio", "bump_requests_ratio")}
+        | {"converged_pass": cluster.get("converged_pass", {}).get("seconds"),
+           "converged_peak_rss_mb": cluster.get("converged_pass", {}).get("peak_rss_mb"),
+           "converged_requests": cluster.get("converged_pass", {}).get("requests"),
+           "bring_up_seconds": cluster.get("bring_up", {}).get("seconds")},
         "drain": {key: drain.get(key) for key in (
             "drain_seconds", "omegitops", "deployment", "serving_floor_ratio",
             "off_node_ratio")},
@@ -122,6 +132,7 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
                     "passes_per_rollout_ratio": rollout["passes"]["target"],
                     "shard_vs_share_ratio": shards["target"],
                     "rollout_vs_ideal_ratio_real": real.get("target"),
+                    "converged_vs_sim_ratio": cluster.get("sim_target"),
                     "peer_requests_ratio": 1.0,
                     "peer_rollout": "<= the Deployment's plus the documents' drain wait",
                     "api_bytes_per_rollout_ratio": real.get("bytes_target"),
@@ -133,7 +144,7 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         "wall_seconds": round(time.perf_counter() - started, 1),
         "details": {"pass": passed, "api": api, "memory": memory, "rollout": rollout,
                     "rollout_real": real, "shards": shards, "peer": peers,
-                    "drain": drain, "install": installed},
+                    "drain": drain, "install": installed, "cluster": cluster},
     }
 
 

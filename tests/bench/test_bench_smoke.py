@@ -67,3 +67,5 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
         assert document["api_bytes_per_rollout_ratio"] >= 1
         peer = document["peer"]["2"]
         assert peer["rollout_ratio"] > 0 and peer["requests_ratio"] > 0
+        cluster = document["real_api_server"]
+        assert cluster["bump_vs_deployments_ratio"] > 0 and cluster["converged_requests"] > 0

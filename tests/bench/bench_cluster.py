@@ -1,0 +1,306 @@
+"""A fleet on the real API server, as the shipped job meets it, in one run.
+
+    python tests/bench/bench_cluster.py [--services 1000] [--no-min-ready]
+
+On the control plane of the tests (``tests/controlplane``: etcd, kube-apiserver,
+kube-scheduler, kube-controller-manager with each controller under its own
+ServiceAccount, KWOK nodes), the ``genfleet`` fleet of ``--services`` services
+(1,000 are 8,000 pods in 1,750 components) goes through what a platform team's job
+does with it, each run of omegitops a fresh process as a CronJob pod is
+(``python -m omegitops reconcile``, the job's ServiceAccount), each measured for its
+wall time, its CPU seconds and its peak memory (the child's own ``ru_maxrss``), and
+its requests counted from the API server's audit log by verb and resource:
+
+1. **bring-up**: ``reconcile --until-idle`` from an empty cluster to a fleet at rest;
+2. **converged**: one ``reconcile`` pass on the fleet at rest (the CronJob without
+   ``--until-idle``), and one ``--until-idle`` run, which ends after its pass; beside
+   the same single pass on ``sim:`` (the same fleet, converged on a simulated
+   cluster, a fresh process too), whose ratio the issue holds to 3;
+3. **a runtime image bump**: the ClusterServingRuntime ``srt-single-0`` (the runtime of
+   every single-pod engine: 250 components of 8 Instances at 1,000 services, under
+   SurgeThenDrain with maxSurge 25% and maxUnavailable 0, a third of them with
+   minReadySeconds 30) gets a new image, and at the same moment the Deployment
+   controller rolls the same pods: a Deployment per such engine, in namespace
+   ``peer``, of the pod template omegitops renders for it (without its
+   ``ome.io/serving`` readiness gate, which nothing would set there), with its
+   Instance count, minReadySeconds and budgets (maxSurge and maxUnavailable as they
+   are; another strategy's maxUnavailable with maxSurge 0).
+   ``reconcile --until-idle`` rolls omegitops's side. Both are timed to their end;
+   the requests of each side in that window are counted, the controllers' being the
+   Deployment and ReplicaSet controllers'.
+
+omegitops's rollout also waits, per the documents, for each drained pod to be gone
+before its surge slot is free (KWOK's ``pod-delete`` stage), where the Deployment
+controller frees it once termination starts. Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import benchlib
+import genfleet
+import yaml
+from bench_peer import CONTROLLERS, requests_by, stamp
+from bench_watch import GPUS_PER_NODE
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "tests" / "controlplane"))
+
+from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES, build_control_plane
+from controlplane import ControlPlane
+from kubernetes import client as k8s
+
+from omegitops.manifests.load import load, resolved_components
+from omegitops.render.desired import build_desired
+from omegitops.render.templates import DEFAULT, LABEL_ISVC
+
+RUNTIME = "srt-single-0"
+PEER = "peer"
+# The issue's target: one converged run on the real API server within 3x the same pass
+# on sim:.
+SIM_TARGET = 3.0
+
+
+def bumped_engines(root: Path) -> list:
+    """The resolved engines of the fleet's services on ``RUNTIME``."""
+    return [item for item in resolved_components(load(root))
+            if item.lifecycle.managed and item.runtime is not None
+            and item.runtime.data["metadata"]["name"] == RUNTIME]
+
+
+def _strategy(lifecycle) -> dict:
+    """The RollingUpdate nearest to the component's OMENative strategy."""
+    settings = lifecycle.settings
+    if lifecycle.strategy == "SurgeThenDrain":
+        return {"maxSurge": settings.max_surge or 0,
+                "maxUnavailable": settings.max_unavailable or 0}
+    return {"maxSurge": 0, "maxUnavailable": settings.max_unavailable or 1}
+
+
+def deployment(item, image: str) -> dict:
+    """The Deployment of the pod template omegitops renders for ``item``'s engine."""
+    desired = build_desired(item.service.data, item.runtime.data, item.lifecycle, [], None,
+                            item.operator)
+    spec = copy.deepcopy(desired.templates[DEFAULT]["spec"])
+    spec.pop("readinessGates", None)
+    for container in spec["containers"]:
+        container["image"] = image
+    name = item.service.data["metadata"]["name"]
+    app = {"app": f"{PEER}-{name}"}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": PEER},
+        "spec": {"replicas": item.lifecycle.replicas,
+                 "minReadySeconds": item.lifecycle.min_ready_seconds,
+                 "selector": {"matchLabels": app},
+                 "strategy": {"type": "RollingUpdate",
+                              "rollingUpdate": _strategy(item.lifecycle)},
+                 "template": {"metadata": {"labels": app}, "spec": spec}},
+    }
+
+
+def strip_min_ready(root: Path) -> None:
+    """``--no-min-ready``: the services' minReadySeconds removed (a quick run)."""
+    for path in (root / "services").rglob("*.yaml"):
+        body = yaml.safe_load(path.read_text())
+        for component in ("engine", "decoder", "router"):
+            (body["spec"].get(component) or {}).get("lifecycle", {}).pop("minReadySeconds",
+                                                                         None)
+        path.write_text(yaml.safe_dump(body, sort_keys=False))
+
+
+def set_runtime_image(root: Path, image: str) -> None:
+    path = root / "runtimes" / f"{RUNTIME}.yaml"
+    body = yaml.safe_load(path.read_text())
+    body["spec"]["engineConfig"]["runner"]["image"] = image
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+
+
+def omegitops(env: dict, root: Path, cluster: str, *extra: str) -> dict:
+    """One ``omegitops reconcile`` as a fresh process: wall and CPU seconds, peak MB."""
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "omegitops", "reconcile", "--repo",
+                                str(root), "--cluster", cluster, *extra], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=root)
+    assert process.stderr is not None
+    err = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - started
+    if process.returncode != 0:
+        raise RuntimeError(f"reconcile {' '.join(extra)} exited {process.returncode}:\n"
+                           f"{err.decode(errors='replace')[-3000:]}")
+    return {"seconds": round(wall, 2),
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+
+
+def counted(cp: ControlPlane, run, users: tuple[str, ...] = (JOB_USER,)) -> dict:
+    """``run()``'s figures and the requests ``users`` made meanwhile."""
+    since, begun = cp.audit_offset(), stamp()
+    figures = run()
+    time.sleep(1)  # the audit log's last lines are written after the answers
+    requests: Counter[str] = Counter()
+    for user in users:
+        requests.update(requests_by(cp, user, since, (begun, stamp())))
+    return {**figures, "requests": sum(requests.values()),
+            "by_request": dict(sorted(requests.items()))}
+
+
+class DeploymentsClock:
+    """Lists the ``peer`` Deployments from a thread: when all have rolled."""
+
+    def __init__(self, apps: k8s.AppsV1Api, image: str) -> None:
+        self.apps, self.image = apps, image
+        self.done_at: float | None = None
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self) -> DeploymentsClock:
+        self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while True:
+            items = self.apps.list_namespaced_deployment(PEER).items
+            if items and all(_rolled(d, self.image) for d in items):
+                self.done_at = time.monotonic()
+                return
+            time.sleep(0.25)
+
+    def wait(self, seconds: float) -> float:
+        self._thread.join(seconds)
+        if self.done_at is None:
+            raise RuntimeError("the Deployments did not finish rolling")
+        return self.done_at
+
+
+def _rolled(d, image: str) -> bool:
+    s, want = d.status, d.spec.replicas
+    return (d.metadata.generation == (s.observed_generation or 0)
+            and d.spec.template.spec.containers[0].image == image
+            and (s.updated_replicas or 0) == want == (s.available_replicas or 0)
+            and (s.replicas or 0) == want)
+
+
+def bump(cp: ControlPlane, apps: k8s.AppsV1Api, env: dict, root: Path,
+         engines: list, image: str) -> dict:
+    """The runtime's image and the Deployments' changed at once; both timed."""
+    since, begun = cp.audit_offset(), stamp()
+    set_runtime_image(root, image)
+    started = time.monotonic()
+    patch = {"spec": {"template": {"spec": {"containers": [
+        {"name": "ome-container", "image": image}]}}}}
+    for item in engines:
+        apps.patch_namespaced_deployment(item.service.data["metadata"]["name"], PEER, patch)
+    clock = DeploymentsClock(apps, image).start()
+    ours = omegitops(env, root, "kube", "--until-idle", "--max-seconds", "3600")
+    ours_done = time.monotonic()
+    theirs_done = clock.wait(1800)
+    time.sleep(1)
+    window = (begun, stamp())
+    mine = requests_by(cp, JOB_USER, since, window)
+    theirs: Counter[str] = Counter()
+    for user in CONTROLLERS:
+        theirs.update(requests_by(cp, user, since, window))
+    bumped = {(i.service.data["metadata"]["namespace"], i.service.data["metadata"]["name"])
+              for i in engines}
+    left = {c["image"] for p in cp.list("v1", "Pod")
+            if (p["metadata"]["namespace"],
+                (p["metadata"].get("labels") or {}).get(LABEL_ISVC)) in bumped
+            for c in p["spec"]["containers"]}
+    return {"omegitops_seconds": round(ours_done - started, 2),
+            "deployment_seconds": round(theirs_done - started, 2),
+            "omegitops_run": ours, "images_left": sorted(left),
+            "omegitops_requests": sum(mine.values()),
+            "controllers_requests": sum(theirs.values()),
+            "omegitops_by_request": dict(sorted(mine.items())),
+            "controllers_by_request": dict(sorted(theirs.items()))}
+
+
+def sim_pass(fleets: Path, services: int) -> dict:
+    """The same single pass on a simulated cluster of the same fleet (converged in
+    ``fleets``, or taken from there), a fresh process each time; medians of 3."""
+    root, cluster_path, _ = benchlib.converged_fleet(fleets, services)
+    runs = [omegitops(dict(os.environ), root, f"sim:{cluster_path}") for _ in range(3)]
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+
+
+def bench(workdir: Path, services: int, no_min_ready: bool, fleets: Path) -> dict:
+    root = workdir / "repo"
+    counts = genfleet.write_fleet(root, services)
+    if no_min_ready:
+        strip_min_ready(root)
+    engines = bumped_engines(root)
+    mirrored = sum(item.lifecycle.replicas for item in engines)
+    # The sim: fleet keeps its minReadySeconds: --no-min-ready has no twin there.
+    sim = None if no_min_ready else sim_pass(fleets, services)
+    with ControlPlane(build_control_plane(), workdir / "controlplane", node_lease_seconds=40,
+                      node_monitor_grace="50s", controller_credentials=True) as cp:
+        pods = counts["pods"] + 2 * mirrored
+        cp.add_nodes(max(2, math.ceil(pods * 1.4 / GPUS_PER_NODE)), gpus=GPUS_PER_NODE,
+                     cpu=str(GPUS_PER_NODE * 9), memory=f"{GPUS_PER_NODE * 40}Gi")
+        cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml"])
+        cp.create_namespace(JOB_NAMESPACE)
+        cp.apply_file(PIPELINES / "common" / "rbac.yaml")
+        for number in range(counts["namespaces"]):
+            cp.create_namespace(f"team-{number:02d}")
+        cp.create_namespace(PEER, wait=True)
+        env = {**cp.env(cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")),
+               "OMEGITOPS_NAMESPACE": JOB_NAMESPACE}
+        apps = k8s.AppsV1Api(cp.admin)
+        for item in engines:
+            apps.create_namespaced_deployment(PEER, deployment(item, "sglang:v1"))
+        bring_up = counted(cp, lambda: omegitops(env, root, "kube", "--until-idle",
+                                                 "--max-seconds", "7200"))
+        DeploymentsClock(apps, "sglang:v1").start().wait(1800)
+        single = counted(cp, lambda: omegitops(env, root, "kube"))
+        idle = counted(cp, lambda: omegitops(env, root, "kube", "--until-idle"))
+        rolled = bump(cp, apps, env, root, engines, "sglang:v2")
+    if rolled["images_left"] != ["sglang:v2"]:
+        raise RuntimeError(f"the bump left images {rolled['images_left']}")
+    return {
+        "benchmark": "real_api_server_fleet",
+        "services": services, "components": counts["components"], "pods": counts["pods"],
+        "bumped_components": len(engines), "bumped_pods": mirrored,
+        "bring_up": bring_up,
+        "converged_pass": single, "converged_until_idle": idle,
+        "sim_pass": sim,
+        "converged_vs_sim_ratio": round(single["seconds"] / sim["seconds"], 3)
+        if sim else None,
+        "sim_target": SIM_TARGET,
+        "bump": rolled,
+        "bump_vs_deployments_ratio": round(rolled["omegitops_seconds"]
+                                           / rolled["deployment_seconds"], 3),
+        "bump_requests_ratio": round(rolled["omegitops_requests"]
+                                     / max(1, rolled["controllers_requests"]), 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--services", type=int, default=1000)
+    parser.add_argument("--no-min-ready", action="store_true",
+                        help="drop the services' minReadySeconds: a quick run, no sim: twin")
+    parser.add_argument("--workdir", default=None,
+                        help="keep the converged sim: fleet here (as the other benchmarks do)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        benchlib.emit(bench(Path(scratch), args.services, args.no_min_ready,
+                            Path(args.workdir or scratch)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
