@@ -36,7 +36,7 @@ from omegitops.manifests.repository import (
 from omegitops.manifests.schemas import is_valid, validator
 from omegitops.model import budgets
 from omegitops.model.ids import ResourceId
-from omegitops.render.names import derived_names, longest_fitting
+from omegitops.render.names import derived_names, derived_names_fit, longest_fitting
 from omegitops.render.operator import OperatorSettings
 from omegitops.render.resolve import (
     GANG,
@@ -352,6 +352,8 @@ def _derived_name_errors(service: Manifest, lifecycle: ComponentLifecycle) -> li
     pod hostname, a Service name, the ``ome.io/revision`` label...), which the API
     server would refuse on every pass."""
     name, component = service.id.name, lifecycle.component
+    if derived_names_fit(name, lifecycle):
+        return []
     derived = derived_names(service.id.namespace, name, lifecycle)
     errors = []
     long = sorted((d for d in derived if d.too_long), key=lambda d: -d.excess)

@@ -420,3 +420,54 @@ def test_a_gang_wider_than_any_cluster_is_warned_about(tmp_path, cli, workers, w
     wanted = (f"GangCannotFit: one Instance of component engine ({workers + 1} pods) needs "
               f"{workers + 1} nodes, more than a Kubernetes cluster has (5000)")
     assert (wanted in out + err) is warned, out + err
+
+
+def _lifecycles():
+    """A component lifecycle of each shape the examples and the generated fleet hold."""
+    import sys
+    from pathlib import Path
+
+    from omegitops.manifests.load import load, resolved_components
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import genfleet
+
+    roots = [Path(__file__).resolve().parents[2] / "examples"]
+    found = {}
+    for root in roots:
+        for item in resolved_components(load(root)):
+            lc = item.lifecycle
+            found.setdefault((lc.component, lc.shape, lc.worker_size, lc.replicas), lc)
+    return found, genfleet
+
+
+def test_a_plain_names_derived_names_are_judged_by_its_length(tmp_path):
+    """derived_names_fit answers as the rendered names do, for plain names of every
+    length near the limits, for names it cannot judge (False: rendered) and in any
+    namespace (the names do not depend on it)."""
+    import random
+
+    from omegitops.manifests.load import load, resolved_components
+    from omegitops.render.names import derived_names, derived_names_fit
+
+    found, genfleet = _lifecycles()
+    genfleet.write_fleet(tmp_path / "fleet", 8)
+    for item in resolved_components(load(tmp_path / "fleet")):
+        lc = item.lifecycle
+        found.setdefault((lc.component, lc.shape, lc.worker_size, lc.replicas), lc)
+    lifecycles = list(found.values()) + [
+        lc.__class__(**{**lc.__dict__, "replicas": replicas})
+        for lc in list(found.values())[:3] for replicas in (5, 6, 50)]
+    rng = random.Random(7)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789-"
+    for lc in lifecycles:
+        for length in [1, 2, 9, *range(38, 66), 120, 253]:
+            middle = "".join(rng.choice(alphabet) for _ in range(max(0, length - 2)))
+            name = ("q" + middle + "7")[:length] if length > 1 else "q"
+            rendered = derived_names("team-a", name, lc)
+            fits = not any(d.too_long or d.malformed for d in rendered)
+            assert derived_names_fit(name, lc) == fits, (name, lc.component, lc.shape)
+            assert [d.value for d in derived_names("another-namespace", name, lc)] == \
+                [d.value for d in rendered]
+        for odd in ("3b-chat", "a.b", "ab-", "Ab"):
+            assert derived_names_fit(odd, lc) is False
