@@ -67,8 +67,8 @@ def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
         # What a migration reads of the nodes (never their resourceVersion, which every
         # kubelet heartbeat moves).
         "nodes": None if observed.nodes is None else {
-            name: node.get("open") or [(node.get("spec") or {}).get("unschedulable"),
-                                       (node.get("spec") or {}).get("taints")]
+            name: node if name == "" else [(node.get("spec") or {}).get("unschedulable"),
+                                           (node.get("spec") or {}).get("taints")]
             for name, node in observed.nodes.items()},
     }
     return hashlib.sha256(_encoded(document)).hexdigest()[:32]

@@ -83,9 +83,15 @@ def leaving_node(work: Work, row: Row) -> tuple[str, str] | None:
         if name is None or node is None or not is_ready(node):
             continue
         why = _going_away(node, pod)
-        if why is not None and any(n != name for n in (nodes.get("") or {}).get("open", [])):
+        if why is not None and _elsewhere(nodes.get("") or {}, name):
             return name, why
     return None
+
+
+def _elsewhere(others: Json, name: str) -> bool:
+    """Whether a node other than ``name`` takes pods: one of the component's own
+    (``open``), or any beyond them (``elsewhere``; ``app/passes.py`` files both)."""
+    return bool(others.get("elsewhere")) or any(n != name for n in others.get("open", []))
 
 
 def _going_away(node: Json, pod: Json) -> str | None:

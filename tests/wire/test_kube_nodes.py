@@ -39,7 +39,7 @@ def test_a_pass_reads_the_nodes_and_the_components_budgets(kube, api):
              "spec": {"maxUnavailable": 0}})
     seen = observe(kube)
     assert sorted(seen.nodes or {}) == ["gpu-1", "gpu-2"]
-    assert seen.open_nodes == ["gpu-2"]
+    assert seen.open_nodes == {"gpu-2"}
     component = seen.component(NS, "llama", "engine")
     assert list(component.budgets or {}) == ["llama-engine"]
     assert set(component.nodes or {}) == {"gpu-1", ""}
