@@ -43,6 +43,7 @@ from typing import Any
 import orjson
 
 from omegitops.manifests.memo import LoadMemo, code_fingerprint, memo_for
+from omegitops.util.gcpause import without_gc_pauses
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,10 @@ class Miss(ValueError):
     """A carried memo that is not read."""
 
 
+# Decoded with the collector paused: the file's hundreds of thousands of values set off
+# full collections of all the process holds (on sim:, the whole simulated cluster),
+# which took the decoding of a 6 MB memo from 0.03 s to 0.3 s.
+@without_gc_pauses
 def decode(data: bytes, key: bytes) -> tuple[dict[str, bytes], set[tuple[str, int]],
                                               dict[str, bytes]]:
     """(files, own checks, services) as the load memo keeps them, from a signed file;
