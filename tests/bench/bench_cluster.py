@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import os
 import statistics
 import subprocess
@@ -53,12 +52,12 @@ import benchlib
 import genfleet
 import yaml
 from bench_peer import CONTROLLERS, requests_by, stamp
-from bench_watch import GPUS_PER_NODE
+from bench_watch import prepare_fleet_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "controlplane"))
 
-from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES, build_control_plane
+from conftest import JOB_NAMESPACE, JOB_USER, build_control_plane
 from controlplane import ControlPlane
 from kubernetes import client as k8s
 
@@ -248,17 +247,9 @@ def bench(workdir: Path, services: int, no_min_ready: bool, fleets: Path) -> dic
     sim = None if no_min_ready else sim_pass(fleets, services)
     with ControlPlane(build_control_plane(), workdir / "controlplane", node_lease_seconds=40,
                       node_monitor_grace="50s", controller_credentials=True) as cp:
-        pods = counts["pods"] + 2 * mirrored
-        cp.add_nodes(max(2, math.ceil(pods * 1.4 / GPUS_PER_NODE)), gpus=GPUS_PER_NODE,
-                     cpu=str(GPUS_PER_NODE * 9), memory=f"{GPUS_PER_NODE * 40}Gi")
-        cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml"])
-        cp.create_namespace(JOB_NAMESPACE)
-        cp.apply_file(PIPELINES / "common" / "rbac.yaml")
-        for number in range(counts["namespaces"]):
-            cp.create_namespace(f"team-{number:02d}")
-        cp.create_namespace(PEER, wait=True)
-        env = {**cp.env(cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")),
-               "OMEGITOPS_NAMESPACE": JOB_NAMESPACE}
+        kubeconfig = prepare_fleet_cluster(cp, counts["pods"] + 2 * mirrored,
+                                           counts["namespaces"], PEER)
+        env = {**cp.env(kubeconfig), "OMEGITOPS_NAMESPACE": JOB_NAMESPACE}
         apps = k8s.AppsV1Api(cp.admin)
         for item in engines:
             apps.create_namespaced_deployment(PEER, deployment(item, "sglang:v1"))

@@ -51,12 +51,12 @@ from pathlib import Path
 import benchlib
 import genfleet
 from bench_rollout import SURGE, write_repo
-from bench_watch import GPUS_PER_NODE, _run, stage_seconds
+from bench_watch import _run, prepare_fleet_cluster, stage_seconds
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "controlplane"))
 
-from conftest import JOB_NAMESPACE, JOB_USER, PIPELINES, build_control_plane
+from conftest import JOB_NAMESPACE, JOB_USER, build_control_plane
 from controlplane import ControlPlane
 from kubernetes import client as k8s
 
@@ -257,17 +257,8 @@ def bench(workdir: Path, services: int, instances: int, min_ready: int, trials: 
     template = rendered_template(root / "rollout")
     with ControlPlane(build_control_plane(), workdir / "controlplane", node_lease_seconds=40,
                       node_monitor_grace="50s", controller_credentials=True) as cp:
-        pods = counts["pods"] + instances * 4
-        cp.add_nodes(max(2, math.ceil(pods * 1.4 / GPUS_PER_NODE)), gpus=GPUS_PER_NODE,
-                     cpu=str(GPUS_PER_NODE * 9), memory=f"{GPUS_PER_NODE * 40}Gi")
-        cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml"])
-        cp.create_namespace(JOB_NAMESPACE)
-        cp.apply_file(PIPELINES / "common" / "rbac.yaml")
-        for number in range(counts["namespaces"]):
-            cp.create_namespace(f"team-{number:02d}")
-        for namespace in ("bench", "peer"):
-            cp.create_namespace(namespace, wait=True)
-        kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
+        kubeconfig = prepare_fleet_cluster(cp, counts["pods"] + instances * 4,
+                                           counts["namespaces"], "bench", "peer")
         apps = k8s.AppsV1Api(cp.admin)
         apps.create_namespaced_deployment("peer", deployment(template, instances, min_ready,
                                                              "sglang:v1"))

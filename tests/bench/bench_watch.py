@@ -77,6 +77,23 @@ def stage_seconds(name: str) -> float:
     raise KeyError(name)
 
 
+def prepare_fleet_cluster(cp: ControlPlane, pods: int, namespaces: int,
+                          *others: str) -> Path:
+    """KWOK nodes with room for ``pods`` GPU pods and a surge, the InferenceReplica CRD,
+    the job's namespace and RBAC, the fleet's ``namespaces`` and ``others``; the job's
+    kubeconfig."""
+    cp.add_nodes(max(2, math.ceil(pods * 1.4 / GPUS_PER_NODE)), gpus=GPUS_PER_NODE,
+                 cpu=str(GPUS_PER_NODE * 9), memory=f"{GPUS_PER_NODE * 40}Gi")
+    cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml"])
+    cp.create_namespace(JOB_NAMESPACE)
+    cp.apply_file(PIPELINES / "common" / "rbac.yaml")
+    for number in range(namespaces):
+        cp.create_namespace(f"team-{number:02d}")
+    for namespace in others:
+        cp.create_namespace(namespace, wait=True)
+    return cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
+
+
 def ideal_seconds(instances: int, surge: int, min_ready: int) -> tuple[float, dict]:
     batches = math.ceil(instances / surge)
     per_batch = {"create": stage_seconds("pod-create"), "start": stage_seconds("pod-start"),
@@ -120,16 +137,8 @@ def bench(workdir: Path, services: int, instances: int, min_ready: int) -> dict:
     # its API server.
     with ControlPlane(build_control_plane(), workdir / "controlplane",
                       node_lease_seconds=40, node_monitor_grace="50s") as cp:
-        pods = counts["pods"] + instances * 2
-        cp.add_nodes(max(2, math.ceil(pods * 1.4 / GPUS_PER_NODE)), gpus=GPUS_PER_NODE,
-                     cpu=str(GPUS_PER_NODE * 9), memory=f"{GPUS_PER_NODE * 40}Gi")
-        cp.apply_files([PIPELINES / "crds" / "inferencereplica-crd.yaml"])
-        cp.create_namespace(JOB_NAMESPACE)
-        cp.apply_file(PIPELINES / "common" / "rbac.yaml")
-        for number in range(counts["namespaces"]):
-            cp.create_namespace(f"team-{number:02d}")
-        cp.create_namespace("bench", wait=True)
-        kubeconfig = cp.service_account_kubeconfig(JOB_NAMESPACE, "omegitops")
+        kubeconfig = prepare_fleet_cluster(cp, counts["pods"] + instances * 2,
+                                           counts["namespaces"], "bench")
         stop, converge_s, _, _ = _run(kubeconfig, root, 7200)
         if stop != IDLE:
             raise RuntimeError(f"the fleet did not come up: {stop}")
