@@ -13,7 +13,8 @@
 #
 # The binaries go to a cache keyed by go.sum, so a machine builds them once:
 #   ${OMEGITOPS_CONTROLPLANE_CACHE:-~/.cache/omegitops/controlplane}/<go.sum hash>/bin
-# The last line printed is that bin folder. Nothing is rebuilt when it is complete;
+# The last line printed is that bin folder (`build.sh where` prints it without
+# building). Nothing is rebuilt when it is complete;
 # kubectl, added later, is built on its own into the same folder when it alone is
 # missing, so a cache made before it is kept.
 set -euo pipefail
@@ -25,6 +26,14 @@ key="$( (cat "$here/go.mod" "$here/go.sum"; echo "version-stamped") | sha256sum 
 bin="$cache/$key/bin"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok kubelet kube-proxy)
 
+# `build.sh where` and `build.sh where helm` print the bin folder a build would fill,
+# building nothing: the tests ask here rather than compute the key a second time.
+helm_key() { cat "$here/helm/go.mod" "$here/helm/go.sum" | sha256sum | cut -c1-16; }
+if [ "${1:-}" = where ]; then
+  if [ "${2:-}" = helm ]; then echo "$cache/helm-$(helm_key)/bin"; else echo "$bin"; fi
+  exit 0
+fi
+
 # One build at a time on a machine: a second caller (another test session, a
 # benchmark) waits here for the first to finish, then finds the cache complete.
 mkdir -p "$cache"
@@ -34,7 +43,7 @@ flock 9
 # Helm from its own module (see the top), on its own key; prints its bin folder.
 build_helm() {
   local module="$here/helm" key bin tmp start
-  key="$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -c1-16)"
+  key="$(helm_key)"
   bin="$cache/helm-$key/bin"
   if [ ! -x "$bin/helm" ]; then
     need_go

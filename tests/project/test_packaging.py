@@ -22,7 +22,6 @@ The control plane applies both, unchanged: tests/controlplane/test_packaging_app
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
@@ -66,26 +65,12 @@ EXPECTED = {
 # -- the tools, from the build cache --------------------------------------------------
 
 
-def cache_root() -> Path:
-    """build.sh's cache folder."""
-    if os.environ.get("OMEGITOPS_CONTROLPLANE_CACHE"):
-        return Path(os.environ["OMEGITOPS_CONTROLPLANE_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "omegitops" / "controlplane"
-
-
-def cache_key(module: Path) -> str:
-    """build.sh's key: the first 16 hex digits of sha256(go.mod + go.sum)."""
-    text = (module / "go.mod").read_bytes() + (module / "go.sum").read_bytes()
-    return hashlib.sha256(text).hexdigest()[:16]
-
-
 def cached(tool: str) -> Path:
-    """Where build.sh puts ``tool`` (kubectl with the control plane, helm alone)."""
-    here = BUILD.parent
-    if tool == "helm":
-        return cache_root() / f"helm-{cache_key(here / 'helm')}" / "bin" / "helm"
-    return cache_root() / cache_key(here) / "bin" / tool
+    """Where build.sh puts ``tool`` (kubectl with the control plane, helm alone), as
+    ``build.sh where`` says: the script owns its cache key."""
+    args = ["bash", str(BUILD), "where", *(["helm"] if tool == "helm" else [])]
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip()) / tool
 
 
 def build(tool: str) -> Path:
