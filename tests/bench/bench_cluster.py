@@ -15,7 +15,8 @@ its requests counted from the API server's audit log by verb and resource:
 2. **converged**: one ``reconcile`` pass on the fleet at rest (the CronJob without
    ``--until-idle``), and one ``--until-idle`` run, which ends after its pass; beside
    the same single pass on ``sim:`` (the same fleet, converged on a simulated
-   cluster, a fresh process too), whose ratio is held to 3 (``sim_target``, the target in run.py's ``targets``);
+   cluster, a fresh process too), whose ratio is held to 3 (``sim_target``, which
+   run.py's ``targets`` report);
 3. **a runtime image bump**: the ClusterServingRuntime ``srt-single-0`` (the runtime of
    every single-pod engine: 250 components of 8 Instances at 1,000 services, under
    SurgeThenDrain with maxSurge 25% and maxUnavailable 0, a third of them with
