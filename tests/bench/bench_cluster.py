@@ -68,7 +68,7 @@ from omegitops.render.templates import DEFAULT, LABEL_ISVC
 
 RUNTIME = "srt-single-0"
 PEER = "peer"
-# The target: one converged run on the real API server within 3x the same pass
+# The target: one converged run on the real API server within 3x the same pass
 # on sim:.
 SIM_TARGET = 3.0
 

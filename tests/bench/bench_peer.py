@@ -68,7 +68,7 @@ from omegitops.render.templates import DEFAULT
 
 CONTROLLERS = ("system:serviceaccount:kube-system:deployment-controller",
                "system:serviceaccount:kube-system:replicaset-controller")
-# Targets (issue: measured against the Deployment controller).
+# Targets: requests no more than the controllers', the rollout as below.
 REQUESTS_TARGET = 1.0
 ROLLOUT_TARGET_NOTE = "rollout <= the Deployment's plus the documents' drain wait"
 

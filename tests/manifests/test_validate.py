@@ -20,7 +20,7 @@ def test_valid_repository(cli, tmp_path):
     assert "InferenceService demo/small" in out and "OMENative (engine)" in out
 
 
-def test_the_issues_example_message(cli, tmp_path):
+def test_the_documented_example_message(cli, tmp_path):
     service = SERVICE + "    lifecycle:\n      minReadySeconds: -5\n"
     code, out, _ = cli("validate", "--repo", repo_with(tmp_path, service=service))
     assert code == 1
