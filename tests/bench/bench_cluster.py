@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -129,36 +127,13 @@ def set_runtime_image(root: Path, image: str) -> None:
     path.write_text(yaml.safe_dump(body, sort_keys=False))
 
 
-# Runs a command and prints its exit code, wall and CPU seconds and peak resident set.
-# A child's ru_maxrss starts from its parent's (the kernel keeps the high-water mark
-# across fork and exec), and this process holds the fleet, hundreds of MB: each run is
-# started by this small interpreter, whose own set is what the child starts from.
-MEASURED = """
-import json, os, subprocess, sys, time
-started = time.monotonic()
-child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
-_, status, usage = os.wait4(child.pid, 0)
-print(json.dumps({"exit": os.waitstatus_to_exitcode(status),
-                  "seconds": time.monotonic() - started,
-                  "cpu_seconds": usage.ru_utime + usage.ru_stime,
-                  "peak_rss_mb": usage.ru_maxrss / 1024}))
-"""
-
-
 def omegitops(env: dict, root: Path, cluster: str, *extra: str) -> dict:
     """One ``omegitops reconcile`` as a fresh process: wall and CPU seconds, peak MB."""
-    done = subprocess.run([sys.executable, "-c", MEASURED, sys.executable, "-m", "omegitops",
-                           "reconcile", "--repo", str(root), "--cluster", cluster, *extra],
-                          env=env, capture_output=True, cwd=root, check=False)
-    if done.returncode != 0 or not done.stdout.strip():
-        raise RuntimeError(f"the measuring process exited {done.returncode}:\n"
-                           f"{done.stderr.decode(errors='replace')[-3000:]}")
-    figures = json.loads(done.stdout)
-    if figures["exit"] != 0:
-        raise RuntimeError(f"reconcile {' '.join(extra)} exited {figures['exit']}:\n"
-                           f"{done.stderr.decode(errors='replace')[-3000:]}")
-    return {key: round(figures[key], 2 if key != "peak_rss_mb" else 1)
-            for key in ("seconds", "cpu_seconds", "peak_rss_mb")}
+    figures, _ = benchlib.measured([sys.executable, "-m", "omegitops", "reconcile", "--repo",
+                                    str(root), "--cluster", cluster, *extra], env=env, cwd=root)
+    return {"seconds": round(figures["seconds"], 2),
+            "cpu_seconds": round(figures["cpu_seconds"], 2),
+            "peak_rss_mb": round(figures["peak_rss_mb"], 1)}
 
 
 def counted(cp: ControlPlane, run, users: tuple[str, ...] = (JOB_USER,)) -> dict:

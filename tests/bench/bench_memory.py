@@ -4,9 +4,8 @@
 
 The child imports omegitops, runs one full pass (``benchlib.full_pass``: load,
 validate, resolve, observe, plan, apply, report build) and exits; the parent
-reads the child's peak resident set (``getrusage(RUSAGE_CHILDREN).ru_maxrss``,
-which covers only children that have ended, so each child is measured in a
-parent process of its own: ``--child`` runs nested in a fresh ``--measure``).
+reads the child's peak resident set, started by a small interpreter of its own
+(``benchlib.measured``: a child's peak starts from its parent's).
 
 Two backends:
 
@@ -27,8 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -58,18 +55,9 @@ def _child(backend: str, root: str, cluster: str) -> None:
 
 
 def _peak_of(args: list[str], env: dict | None = None) -> tuple[float, dict]:
-    """Peak RSS (MB) of a child running ``args``, measured from a fresh intermediate process."""
-    done = subprocess.run([sys.executable, str(SCRIPT), "--measure", *args], env=env,
-                          capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)["peak_mb"], json.loads(done.stdout)["outcome"]
-
-
-def _measure(args: list[str]) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--child", *args], capture_output=True,
-                          text=True, check=True)
-    # ru_maxrss is in kilobytes on Linux.
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(json.dumps({"peak_mb": round(peak, 1), "outcome": json.loads(done.stdout)}))
+    """Peak RSS (MB) of a child running ``args``, and the outcome it printed."""
+    figures, output = benchlib.measured([sys.executable, str(SCRIPT), "--child", *args], env)
+    return round(figures["peak_rss_mb"], 1), json.loads(output)
 
 
 def bench(workdir: Path, services: int) -> dict:
@@ -109,9 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     if argv and argv[0] == "--child":
         _child(*argv[1:4])
-        return 0
-    if argv and argv[0] == "--measure":
-        _measure(argv[1:4])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--services", type=int, default=1000)

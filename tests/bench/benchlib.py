@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -40,6 +41,42 @@ def emit(document: dict) -> None:
     """The one JSON document a script prints on stdout."""
     json.dump(document, sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+# Runs a command, then prints, as the last line of its output, the command's exit code,
+# wall and CPU seconds and peak resident set. A child's ru_maxrss starts from its
+# parent's (the kernel keeps the high-water mark across fork and exec), and a benchmark
+# holds its fleet, hundreds of MB: each measured command is started by this small
+# interpreter, whose own set is what the command starts from.
+_MEASURING = """
+import json, os, subprocess, sys, time
+started = time.monotonic()
+child = subprocess.Popen(sys.argv[1:])
+_, status, usage = os.wait4(child.pid, 0)
+sys.stdout.flush()
+print(json.dumps({"exit": os.waitstatus_to_exitcode(status),
+                  "seconds": time.monotonic() - started,
+                  "cpu_seconds": usage.ru_utime + usage.ru_stime,
+                  "peak_rss_mb": usage.ru_maxrss / 1024}))
+"""
+
+
+def measured(argv: list[str], env: dict | None = None, cwd: Path | None = None
+             ) -> tuple[dict, str]:
+    """``argv`` run as a fresh process: its figures (``exit``, ``seconds``,
+    ``cpu_seconds``, ``peak_rss_mb``) and its standard output. Raises with its
+    standard error when it exits non-zero."""
+    done = subprocess.run([sys.executable, "-c", _MEASURING, *argv], env=env, cwd=cwd,
+                          capture_output=True, text=True, check=False)
+    output, _, last = done.stdout.rstrip("\n").rpartition("\n")
+    if done.returncode != 0 or not last.startswith("{"):
+        raise RuntimeError(f"the measuring process exited {done.returncode}:\n"
+                           f"{done.stderr[-3000:]}")
+    figures = json.loads(last)
+    if figures["exit"] != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])} exited {figures['exit']}:\n"
+                           f"{done.stderr[-3000:]}")
+    return figures, output
 
 
 def median_time(func: Callable[[], Any], runs: int = 3) -> tuple[float, Any]:
