@@ -204,16 +204,19 @@ def resolve_mode(
 
 
 def _lifecycle_field(
-    name: str, component: str, isvc: Json, runtime: Json | None, operator_value: Any
+    name: str, component: str, lifecycles: tuple[Any, Any], operator_value: Any
 ) -> Resolved | None:
+    """``name`` from the service's lifecycle block of ``component``, else its runtime's,
+    else the operator's (``lifecycles``: the two blocks, dug once per component)."""
     sub = LIFECYCLE_FIELDS[name]
-    isvc_path = ("spec", component, "lifecycle", *sub)
-    runtime_path = ("spec", RUNTIME_CONFIG[component], "lifecycle", *sub)
-    return _first(
-        (ISVC, dig(isvc, isvc_path), isvc_path),
-        (RUNTIME, dig(runtime, runtime_path), runtime_path),
-        (OPERATOR, operator_value, ()),
-    )
+    own, runtimes = lifecycles
+    value = dig(own, sub)
+    if value is not None:
+        return Resolved(value, ISVC, ("spec", component, "lifecycle", *sub))
+    value = dig(runtimes, sub)
+    if value is not None:
+        return Resolved(value, RUNTIME, ("spec", RUNTIME_CONFIG[component], "lifecycle", *sub))
+    return Resolved(operator_value, OPERATOR) if operator_value is not None else None
 
 
 def resolve_component(
@@ -264,9 +267,11 @@ def _fields(
     isvc: Json, runtime: Json | None, component: str, shape: str, operator: OperatorSettings
 ) -> dict[str, Resolved]:
     chart = operator.strategy_for(component)
+    lifecycles = (dig(isvc, ("spec", component, "lifecycle")),
+                  dig(runtime, ("spec", RUNTIME_CONFIG[component], "lifecycle")))
 
     def pick(name: str, operator_value: Any = None, default: Any = None) -> Resolved:
-        found = _lifecycle_field(name, component, isvc, runtime, operator_value)
+        found = _lifecycle_field(name, component, lifecycles, operator_value)
         return found or Resolved(default, DEFAULT)
 
     fields: dict[str, Resolved] = {}

@@ -6,8 +6,17 @@ objects (the loaded manifests, on ``sim:`` the whole simulated cluster) is
 alive. Allocation counts then trigger full collections that walk that whole
 heap, again and again, for no garbage: the data is acyclic and reference
 counting frees it. On a 1,000-service fleet that was a third of a pass.
-Pausing the collector changes no result; cycles made meanwhile (there are
-few, if any) are collected as usual once it runs again.
+Pausing the collector changes no result.
+
+A pause alone only puts the cost off: every object made meanwhile is young
+when the collector runs again, so its first collection walks them all, and the
+one after it (of the middle generation) walks them again, seconds at 10,000
+services. What a phase leaves behind lives as long as the pass (the manifests,
+the cluster's objects, the plans), so when the last pause ends its survivors are
+frozen (``gc.freeze``): moved where no automatic collection walks them.
+Reference counting still frees each of them when the pass lets go of it; what
+freezing gives up is finding cycles among them, and a pass makes none
+(tests/util/test_gcpause.py holds a whole pass to that).
 """
 
 from __future__ import annotations
@@ -33,7 +42,8 @@ _was_enabled = False
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """No automatic cyclic collection inside the block; nests, in one thread or across
-    several, and restores what was once the last block ends."""
+    several. Once the last block ends, what its phases left alive is frozen and the
+    collector restored to what it was."""
     global _pauses, _was_enabled
     with _lock:
         if _pauses == 0:
@@ -46,6 +56,7 @@ def gc_paused() -> Iterator[None]:
         with _lock:
             _pauses -= 1
             if _pauses == 0 and _was_enabled:
+                gc.freeze()
                 gc.enable()
 
 
