@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import functools
 
-import shtab
-
 SHELLS = ("bash", "zsh", "fish", "tcsh", "powershell")
 
 EXAMPLES = """\
@@ -39,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction, root: argparse.ArgumentPars
 
 
 def script(root: argparse.ArgumentParser, shell: str) -> str:
+    import shtab  # here: every other command would pay for its import (a tenth of startup)
+
     return shtab.complete(root, shell=shell)
 
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from omegitops.manifests.repository import DEFAULT_VALUES_FILE, format_path, outside
-from omegitops.manifests.schemas import validator
+from omegitops.manifests.schemas import is_valid, validator
 from omegitops.manifests.yamlfile import (
     Document,
     YamlError,
@@ -51,7 +51,7 @@ def read_operator_values(
     # A key left with nothing under it (every setting commented out) is null, which Helm
     # reads as "the chart's default": unset, not a value of the wrong type.
     data = _without_nulls(doc.data) if doc else None
-    if data is not None:
+    if data is not None and not is_valid("OperatorValues")(data):
         errors = sorted(validator("OperatorValues").iter_errors(data), key=lambda e: e.path)
         if errors:
             assert doc is not None  # the data came from it

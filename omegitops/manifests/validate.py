@@ -10,9 +10,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from omegitops.capacity import sizing
 from omegitops.capacity.scheduler import pod_requests
@@ -49,6 +47,9 @@ from omegitops.render.resolve import (
     resolve_mode,
 )
 from omegitops.render.templates import LEADER, WORKER
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 log = logging.getLogger(__name__)
 
