@@ -17,7 +17,6 @@ import abc
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from sys import intern
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -44,12 +43,9 @@ _KEPT_POD_SPEC = ("nodeName", "schedulingGates", "terminationGracePeriodSeconds"
                   "tolerations")
 _KEPT_CONTAINER = ("name", "image")
 # What it reads of a pod's status: its phase and why it ended, its conditions (ready,
-# serving, scheduled: each one's status, since when and why) and each container's image,
-# readiness, restarts and state (crash loops, image pulls, exits). Not its addresses,
-# start time, image and container IDs or probe times.
+# serving, scheduled) and its containers' statuses (images, readiness, restarts, crash
+# loops, image pulls, exits). Not its addresses, start time or QoS class.
 _KEPT_POD_STATUS = ("phase", "reason", "message", "conditions", "containerStatuses")
-_KEPT_CONDITION = ("type", "status", "lastTransitionTime", "reason", "message")
-_KEPT_CONTAINER_STATUS = ("name", "image", "ready", "restartCount", "state", "lastState")
 
 
 def side_by_side(calls: dict[K, Callable[[], T]], threads: bool = True) -> dict[K, T]:
@@ -78,51 +74,28 @@ def fields_match(obj: dict, fields: dict[str, str] | None) -> bool:
 
 
 def trim_pod(pod: dict) -> dict:
-    """A copy of ``pod`` with only the spec and status fields omegitops reads, its
-    repeated texts shared (``pod`` itself is left as it is: a watch's store may hold it).
+    """A shallow copy of ``pod`` with only the spec and status fields omegitops reads
+    (``pod`` itself is left as it is: a watch's store may hold it).
 
     The rest of a pod's spec (env, volumes, probes, resources, affinity) is most of
     its size, and a pass holds every managed pod, so its observation drops it, as
     client-go informers trim what their controllers never look at. The planner
     builds pods from their templates and changes them by patch, never from an
     observed pod, so nothing it needs is lost. Reads outside a pass's observation
-    (``list_pods``, ``get_object``) stay whole. Trimming twice changes nothing.
-
-    A JSON decoder makes a new string of every value it reads, and the fleet's pods
-    repeat theirs: labels, annotations, condition types and states, images. Those are
-    interned (``sys.intern``: one string each, freed with its last user), which takes a
-    third off the memory the pods of a pass hold (measured: 7.8 to 4.9 KB a pod)."""
+    (``list_pods``, ``get_object``) stay whole. Trimming twice changes nothing."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return pod
     kept = {key: spec[key] for key in _KEPT_POD_SPEC if key in spec}
     for key in ("containers", "initContainers"):
         if isinstance(spec.get(key), list):
-            kept[key] = [_shared({k: c[k] for k in _KEPT_CONTAINER if k in c})
+            kept[key] = [{k: c[k] for k in _KEPT_CONTAINER if k in c}
                          if isinstance(c, dict) else c for c in spec[key]]
     trimmed = {**pod, "spec": kept}
-    meta = pod.get("metadata")
-    if isinstance(meta, dict):
-        trimmed["metadata"] = meta = dict(meta)
-        for key in ("labels", "annotations"):
-            if isinstance(meta.get(key), dict):
-                meta[key] = _shared(meta[key])
     status = pod.get("status")
     if isinstance(status, dict):
-        trimmed["status"] = status = {key: status[key] for key in _KEPT_POD_STATUS
-                                      if key in status}
-        for key, fields in (("conditions", _KEPT_CONDITION),
-                            ("containerStatuses", _KEPT_CONTAINER_STATUS)):
-            if isinstance(status.get(key), list):
-                status[key] = [_shared({k: c[k] for k in fields if k in c})
-                               if isinstance(c, dict) else c for c in status[key]]
+        trimmed["status"] = {key: status[key] for key in _KEPT_POD_STATUS if key in status}
     return trimmed
-
-
-def _shared(values: dict) -> dict:
-    """``values`` with each text value interned."""
-    return {key: intern(value) if value.__class__ is str else value
-            for key, value in values.items()}
 
 
 class Cluster(abc.ABC):

@@ -108,3 +108,36 @@ def test_a_pass_keeps_only_the_spec_fields_it_reads_of_a_pod_and_creates_it_whol
                                 "containers": [{"name": "main", "image": "busybox:1"}]}
     assert observed["metadata"]["labels"] == MANAGED
     assert trim_pod(copy.deepcopy(observed)) == observed  # trimming twice changes nothing
+
+
+def test_a_pass_keeps_what_it_reads_of_a_pods_status():
+    status = {"phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1",
+              "podIPs": [{"ip": "10.1.0.1"}], "startTime": "2026-09-27T08:00:00Z",
+              "qosClass": "Burstable",
+              "conditions": [{"type": "Ready", "status": "True",
+                              "lastTransitionTime": "2026-09-27T08:00:35Z"}],
+              "containerStatuses": [{"name": "main", "image": "busybox:1", "ready": True,
+                                     "restartCount": 2, "state": {"running": {}}}]}
+    pod = {**make_pod("p", labels=MANAGED), "status": copy.deepcopy(status)}
+    trimmed = trim_pod(pod)
+    assert trimmed["status"] == {key: status[key] for key in
+                                 ("phase", "conditions", "containerStatuses")}
+    assert pod["status"] == status  # the pod given is left as it was
+    assert trim_pod(trimmed) == trimmed
+
+
+def test_the_texts_pods_repeat_are_read_once(kube, api):
+    """Decoded JSON makes a new string of each value; what every pod of a fleet repeats
+    (a label's value, a condition's type and status, an image) is shared, as read."""
+    status = {"conditions": [{"type": "Ready", "status": "True"}],
+              "containerStatuses": [{"name": "main", "image": "busybox:1", "ready": True}]}
+    for n in range(3):
+        api.add({**make_pod(f"p{n}", labels={**MANAGED, "team": "search-" + "x" * 20}),
+                 "status": copy.deepcopy(status)})
+    first, *others = kube.list_pods(MANAGED)
+    for other in others:
+        assert other["metadata"]["labels"]["team"] is first["metadata"]["labels"]["team"]
+        for key, inner in (("conditions", "type"), ("containerStatuses", "image")):
+            assert other["status"][key][0][inner] is first["status"][key][0][inner]
+        assert other["spec"]["containers"][0]["image"] is \
+            first["spec"]["containers"][0]["image"]
