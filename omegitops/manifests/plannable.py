@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from omegitops.manifests.repository import INFERENCE_SERVICE, Manifest, ManifestError
 from omegitops.model import podrules
 from omegitops.model.durations import DurationError, parse_duration
-from omegitops.render.names import template_names
+from omegitops.render.names import first_refused_template_name
 from omegitops.render.resolve import (
     GANG,
     HISTORY_ANNOTATION,
@@ -316,9 +316,8 @@ def _label_errors(service: Manifest, lifecycle: ComponentLifecycle,
     model's name is one)."""
     component = lifecycle.component
     ome = ome_pod_metadata(service.data, runtime.data if runtime else None, component)
-    for name in template_names({**templates, "every": {"metadata": ome, "spec": {}}}):
-        if name.rule.allows(name.value):
-            continue
+    name = first_refused_template_name({**templates, "every": {"metadata": ome, "spec": {}}})
+    if name is not None:
         shown = name.value if len(name.value) <= 70 else f"{name.value[:67]}..."
         length = f" is at most {name.rule.limit} characters and" if name.too_long else ""
         return [service.error(("spec", component), (

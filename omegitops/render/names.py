@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from omegitops.model.kubenames import (
@@ -127,20 +128,49 @@ def template_names(templates: dict[str, Json]) -> list[DerivedName]:
     """The names a component's pod templates carry from its manifests (label keys and
     values, annotation keys, container names), with the rule the API server holds
     each to: the same rules as the names omegitops derives."""
-    names = []
+    names = [DerivedName(_what(*where), value, rule)
+             for where, value, rule in _carried(templates)]
+    return list(dict.fromkeys(names))
+
+
+def first_refused_template_name(templates: dict[str, Json]) -> DerivedName | None:
+    """The first of ``template_names`` its rule refuses, or None. Each (rule, value) is
+    judged once per process: a fleet's components repeat their labels (a team, a
+    model, OME's own), and validation asks for every component's."""
+    for where, value, rule in _carried(templates):
+        if not _allowed(rule, value):
+            return DerivedName(_what(*where), value, rule)
+    return None
+
+
+@functools.lru_cache(maxsize=65536)
+def _allowed(rule: Rule, value: str) -> bool:
+    return rule.allows(value)
+
+
+# (runner, what of its pods, the label's key): said only for a name that is refused.
+_Where = tuple[str, str, str | None]
+
+
+def _carried(templates: dict[str, Json]) -> Iterator[tuple[_Where, str, Rule]]:
+    """(where, value, rule) of each name the templates carry, in template_names' order."""
     for runner, template in sorted(templates.items()):
         meta, spec = template["metadata"], template["spec"]
-        pods = f"{runner} pod"
         for key, value in sorted((meta.get("labels") or {}).items()):
-            names.append(DerivedName(f"{pods} label key", key, LABEL_KEY))
-            names.append(DerivedName(f"{pods} label {key}", str(value), LABEL_VALUE))
-        names += [DerivedName(f"{pods} annotation key", key, ANNOTATION_KEY)
-                  for key in sorted(meta.get("annotations") or {})]
+            yield (runner, "label key", None), key, LABEL_KEY
+            yield (runner, "label", key), str(value), LABEL_VALUE
+        for key in sorted(meta.get("annotations") or {}):
+            yield (runner, "annotation key", None), key, ANNOTATION_KEY
         for field in ("containers", "initContainers"):
-            names += [DerivedName(f"{pods} container name", str(container.get("name")),
-                                  DNS1123_LABEL)
-                      for container in spec.get(field) or [] if isinstance(container, dict)]
-    return list(dict.fromkeys(names))
+            for container in spec.get(field) or []:
+                if isinstance(container, dict):
+                    yield (runner, "container name", None), str(container.get("name")), \
+                        DNS1123_LABEL
+
+
+def _what(runner: str, what: str, key: str | None) -> str:
+    """``leader pod label team``: what a template name is, as a message says it."""
+    return f"{runner} pod {what}" if key is None else f"{runner} pod {what} {key}"
 
 
 def longest_fitting(namespace: str, lifecycle: ComponentLifecycle, upto: int) -> int:

@@ -471,3 +471,25 @@ def test_a_plain_names_derived_names_are_judged_by_its_length(tmp_path):
                 [d.value for d in rendered]
         for odd in ("3b-chat", "a.b", "ab-", "Ab"):
             assert derived_names_fit(odd, lc) is False
+
+
+def test_the_first_refused_template_name_is_the_first_the_full_list_refuses():
+    """Validation asks only for the first name refused, judging each (rule, value) once
+    per process: the same name, with the same words, as the whole list gives."""
+    import random
+
+    from omegitops.render.names import first_refused_template_name, template_names
+
+    rng = random.Random(11)
+    values = ["ok", "team-a", "Bad Value", "x" * 64, "-edge", "a.b/c", "ome.io/x", "", "7"]
+    for _ in range(300):
+        templates = {runner: {
+            "metadata": {
+                "labels": {rng.choice(values): rng.choice(values) for _ in range(3)},
+                "annotations": {rng.choice(values): "v" for _ in range(2)}},
+            "spec": {"containers": [{"name": rng.choice(values)}]}}
+            for runner in rng.sample(["default", "leader", "worker", "every"], 2)}
+        refused = [n for n in template_names(templates) if not n.rule.allows(n.value)]
+        first = first_refused_template_name(templates)
+        assert first == (refused[0] if refused else None)
+        assert first is None or first.what == refused[0].what
