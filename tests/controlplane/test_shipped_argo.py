@@ -91,7 +91,7 @@ def test_a_workflow_from_the_cronworkflow_reconciles_and_pushes(argo_fleet):
     cron = document(ARGO / "cronworkflow.yaml")
     submit(cp, cron["spec"]["workflowSpec"], "omegitops-reconcile-manual",
            {"repo-url": url, "max-seconds": "240"})
-    finished(cp, "omegitops-reconcile-manual", 420)
+    workflow = finished(cp, "omegitops-reconcile-manual", 420)
 
     pods = k8s.CoreV1Api(cp.admin).list_namespaced_pod(
         JOB_NAMESPACE, label_selector="workflows.argoproj.io/workflow="
@@ -99,11 +99,24 @@ def test_a_workflow_from_the_cronworkflow_reconciles_and_pushes(argo_fleet):
     assert pods and all(p.spec.node_name == NODE_NAME for p in pods)
     for replica in cp.list("ome.io/v1beta1", "InferenceReplica"):
         assert replica["status"]["readyReplicas"] == replica["spec"]["replicas"], replica
+    pushed = git("for-each-ref", "--format=%(refname)", f"refs/heads/{REPORT_BRANCH}",
+                 cwd=remote)
+    assert pushed, "no report branch was pushed\n" + workflow_story(cp, workflow) + \
+        "".join(f"\n--- {pod.metadata.name}:\n{main_log(cp, pod)}" for pod in pods)
     assert len(git("log", "--format=%s", REPORT_BRANCH, cwd=remote).splitlines()) == 1
     assert git("show", f"{REPORT_BRANCH}:status/status.json", cwd=remote)
     # The job's namespace enforces Pod Security `restricted`: Argo's pod was admitted
     # with the executor pipelines/README.md documents, and is refused without it.
     assert_restricted_needs_the_documented_executor(cp, pods[0])
+
+
+def main_log(cp, pod) -> str:
+    """The last lines its main container wrote (what a failure needs to be read)."""
+    try:
+        return k8s.CoreV1Api(cp.admin).read_namespaced_pod_log(
+            pod.metadata.name, JOB_NAMESPACE, container="main", tail_lines=40)
+    except k8s.ApiException as err:
+        return f"(no log: {err.reason})"
 
 
 def assert_restricted_needs_the_documented_executor(cp, pod) -> None:
