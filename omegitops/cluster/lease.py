@@ -13,6 +13,16 @@ free, already its own, or expired: ``renewTime + leaseDurationSeconds`` has
 passed, which means its holder died without releasing it. Every write carries
 the resourceVersion that was read, so two runs racing for an expired Lease
 cannot both win: the loser gets a Conflict and reports the winner.
+
+A scheduler that retries a failed pod (Argo's ``retryStrategy``, a Job's
+``backoffLimit``) starts a second attempt of the same run, often before the
+first attempt's Lease has expired. Under ``OMEGITOPS_RUN`` (the shipped
+pipelines set it to the Workflow's or the Job's uid) the holder is
+``run/hostname/pid``, and an attempt that finds the Lease held by an earlier
+attempt of its own run waits for it to expire and takes it over, rather than
+exit 0 as "not running" with the run's work undone. If the earlier attempt
+renews it meanwhile, it is alive and doing the work: the later one is refused
+as any other run is.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -46,8 +57,14 @@ def default_namespace() -> str:
     return os.environ.get("OMEGITOPS_NAMESPACE") or DEFAULT_NAMESPACE
 
 
-def default_identity() -> str:
-    return f"{socket.gethostname()}/{os.getpid()}"
+def default_run() -> str | None:
+    """The run this process is an attempt of (``OMEGITOPS_RUN``), kept across retries."""
+    return os.environ.get("OMEGITOPS_RUN") or None
+
+
+def default_identity(run: str | None = None) -> str:
+    own = f"{socket.gethostname()}/{os.getpid()}"
+    return f"{run}/{own}" if run else own
 
 
 def _now() -> datetime:
@@ -60,11 +77,14 @@ class Lease:
     def __init__(self, rest: Rest, namespace: str | None = None, *, name: str = LEASE_NAME,
                  identity: str | None = None,
                  duration_seconds: int = DEFAULT_DURATION_SECONDS,
-                 clock: Callable[[], datetime] = _now) -> None:
+                 clock: Callable[[], datetime] = _now, run: str | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.rest = rest
         self.namespace = namespace or default_namespace()
         self.name = name
-        self.identity = identity or default_identity()
+        self.run = run if run is not None else default_run()
+        self.identity = identity or default_identity(self.run)
+        self.sleep = sleep
         self.duration_seconds = duration_seconds
         self.clock = clock
         self.what = RESOURCE.object_id(self.namespace, name)
@@ -95,6 +115,8 @@ class Lease:
     def acquire(self) -> None:
         """Take the Lease, or raise LockHeld naming its live holder and when it expires."""
         current = self._read()
+        if current is not None and self._earlier_attempt_holds(current):
+            current = self._wait_out(current)
         if current is None:
             created = self._create()
             if created is not None:
@@ -194,13 +216,41 @@ class Lease:
 
     # -- helpers ---------------------------------------------------------------
 
+    def _earlier_attempt_holds(self, lease: dict) -> bool:
+        """Held, live, by another attempt of this same run (a retried pod's predecessor)."""
+        holder = _holder(lease)
+        expires = _expires_at(lease)
+        return bool(self.run) and holder != self.identity and \
+            holder.startswith(f"{self.run}/") and expires is not None and \
+            expires > self.clock()
+
+    def _wait_out(self, lease: dict) -> dict | None:
+        """Wait until an earlier attempt's Lease expires, and return it as then read. A
+        renewal meanwhile means that attempt is alive: the Lease is returned as it is, held,
+        and refused as any live holder's is. At most one duration: a dead attempt's Lease
+        expires by then."""
+        while self._earlier_attempt_holds(lease):
+            expires = _expires_at(lease)
+            assert expires is not None  # checked by _earlier_attempt_holds
+            log.info("%s: held by %s, an earlier attempt of this run; waiting until %s for "
+                     "it to expire", self.what, _holder(lease),
+                     expires.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            self.sleep((expires - self.clock()).total_seconds() + 1)
+            later = self._read()
+            if later is None or _spec(later).get("renewTime") != _spec(lease).get("renewTime"):
+                return later
+            lease = later
+        return lease
+
     def _refuse_if_held(self, current: dict) -> None:
         holder = _holder(current)
         if not holder or holder == self.identity:
             return
         expires = _expires_at(current)
         if expires is not None and expires > self.clock():
-            raise LockHeld(f"{self.what} is held by {holder} until "
+            ours = ", an earlier attempt of this run that is still renewing it" \
+                if self.run and holder.startswith(f"{self.run}/") else ""
+            raise LockHeld(f"{self.what} is held by {holder}{ours} until "
                            f"{expires.strftime('%Y-%m-%dT%H:%M:%SZ')}")
         log.info("%s: taking over from %s, whose lease expired", self.what, holder)
 
@@ -258,8 +308,12 @@ class Lease:
         return {**lease, "spec": {**(lease.get("spec") or {}), **fields}}
 
 
+def _spec(lease: dict) -> dict:
+    return lease.get("spec") or {}
+
+
 def _holder(lease: dict) -> str:
-    return (lease.get("spec") or {}).get("holderIdentity") or ""
+    return _spec(lease).get("holderIdentity") or ""
 
 
 def _expires_at(lease: dict) -> datetime | None:

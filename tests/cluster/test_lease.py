@@ -197,3 +197,51 @@ def test_a_run_that_cannot_renew_stops_writing_before_its_lease_can_expire(lease
         held.check()
     held.renew()
     held.check()
+
+
+def test_a_retried_attempt_waits_out_its_predecessors_lease_and_takes_it_over(leases, ns,
+                                                                              control_plane):
+    """Argo retries a step whose pod was lost, 30 s later: the lost pod's Lease has not
+    expired yet. The retry, an attempt of the same run, waits until it does, rather than
+    exit 0 as "not running" with the run's work undone."""
+    first = Lease(Rest(control_plane.admin), ns, run="wf-uid-1", identity="wf-uid-1/pod-a/1",
+                  duration_seconds=60, clock=leases.clock)
+    first.acquire()
+    leases.clock.now += timedelta(seconds=30)
+    slept = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        leases.clock.now += timedelta(seconds=seconds)
+
+    retry = Lease(Rest(control_plane.admin), ns, run="wf-uid-1", duration_seconds=60,
+                  clock=leases.clock, sleep=sleep)
+    assert retry.identity.startswith("wf-uid-1/")
+    retry.acquire()
+    assert slept == [31.0]
+    assert leases.stored()["spec"]["holderIdentity"] == retry.identity
+
+
+def test_a_retry_whose_predecessor_still_renews_is_refused_and_another_run_never_waits(
+        leases, ns, control_plane):
+    first = Lease(Rest(control_plane.admin), ns, run="wf-uid-1", identity="wf-uid-1/pod-a/1",
+                  duration_seconds=60, clock=leases.clock)
+    first.acquire()
+
+    def renewing_sleep(seconds: float) -> None:  # the first attempt is alive: it renews
+        leases.clock.now += timedelta(seconds=seconds)
+        first.renew()
+
+    retry = Lease(Rest(control_plane.admin), ns, run="wf-uid-1", identity="wf-uid-1/pod-b/1",
+                  duration_seconds=60, clock=leases.clock, sleep=renewing_sleep)
+    with pytest.raises(LockHeld, match="an earlier attempt of this run that is still "
+                                       "renewing it until 2026-09-27T08:02:01Z"):
+        retry.acquire()
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError("another run's Lease is not waited for")
+
+    other = Lease(Rest(control_plane.admin), ns, run="wf-uid-2", duration_seconds=60,
+                  clock=leases.clock, sleep=no_sleep)
+    with pytest.raises(LockHeld, match="held by wf-uid-1/pod-a/1 until"):
+        other.acquire()

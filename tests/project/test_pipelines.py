@@ -388,9 +388,25 @@ def test_the_three_jobs_run_the_same_command():
         for key in ("image", "command", "args", "workingDir", "resources",
                     "securityContext", "volumeMounts"):
             assert container[key] == first[key], key
-        secret_env = [e for e in container["env"] if "valueFrom" in e]
-        assert secret_env == [e for e in first["env"] if "valueFrom" in e]
+        secret_env = [e for e in container["env"] if "valueFrom" in e and e["name"] != RUN]
+        assert secret_env == [e for e in first["env"]
+                              if "valueFrom" in e and e["name"] != RUN]
     assert first["image"] == IMAGE
+
+
+RUN = "OMEGITOPS_RUN"
+
+
+def test_each_job_names_the_run_its_retried_pods_are_attempts_of():
+    """A retried pod waits out its lost predecessor's Lease only if both name one run:
+    the Workflow's uid under Argo, the Job's under the CronJob (the pod's label)."""
+    for kind, (_, container, _) in pod_settings().items():
+        (run,) = [e for e in container["env"] if e["name"] == RUN]
+        if "value" in run:
+            assert run["value"] == "{{workflow.uid}}", kind
+        else:
+            assert run["valueFrom"] == {"fieldRef": {
+                "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}, kind
 
 
 def test_the_jobs_read_where_to_reconcile_from_one_configmap():
