@@ -151,9 +151,42 @@ def full_pass(root: Path, cluster, check_report: bool = False, owns=None,
     ``--shard``'s pass (give the cluster the same ``namespace_scope``). ``cache_dir`` is
     ``load``'s: where the load memo is kept (None: no memo); ``memo`` is ``load``'s too
     (a carried one, as the shipped pods read from the report branch).
-    Returns counts and the seconds of each stage.
+    Returns counts and the seconds of each stage, and (``sim_list_copies``, within
+    ``observe_plan_apply``) what the simulated cluster spent copying what it listed.
     """
     stages: dict[str, float] = {}
+    with sim_list_copies_timed(stages):
+        return _full_pass(root, cluster, stages, check_report, owns, cache_dir, memo)
+
+
+@contextlib.contextmanager
+def sim_list_copies_timed(stages: dict[str, float]):
+    """Time the simulated cluster's copies of the objects it lists (``clone_all``) into
+    ``stages["sim_list_copies"]``. They are the simulator's own cost, which keeps its
+    stored objects safe from its callers: a real cluster has none, and decodes its LIST
+    answers instead (``bench_cluster.py`` measures that on the real API server)."""
+    from omegitops.cluster.sim import cluster as sim
+
+    original, spent = sim.clone_all, 0.0
+
+    def timed(values: list[dict]) -> list[dict]:
+        nonlocal spent
+        start = time.perf_counter()
+        try:
+            return original(values)
+        finally:
+            spent += time.perf_counter() - start
+
+    sim.clone_all = timed
+    try:
+        yield
+    finally:
+        sim.clone_all = original
+        stages["sim_list_copies"] = spent
+
+
+def _full_pass(root: Path, cluster, stages: dict[str, float], check_report: bool, owns,
+               cache_dir: Path | None, memo) -> dict:
     clock = time.perf_counter()
 
     def lap(name: str) -> None:
