@@ -155,3 +155,34 @@ def _poison_report(report: dict) -> None:
             c["conditions"] = [{"type": "Ready", "status": "False", "reason": EVIL,
                                 "lastTransitionTime": "t",
                                 "message": EVIL}]
+
+
+def _text_every_step(value) -> str:
+    """``markdown.text`` with no shortcut: every step taken on every value."""
+    escaped = re.sub(r"[\r\n]+", " ", str(value))
+    escaped = escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    escaped = re.sub(r"([\\`*_\[\]|~])", r"\\\1", escaped)
+    escaped = re.sub(r"^(\s*)(?:([-+=])|(\d+)\.)",
+                     lambda m: f"{m.group(1)}\\{m.group(2)}" if m.group(2)
+                     else f"{m.group(1)}{m.group(3)}\\.", escaped, count=1)
+    return re.sub(r"([@#])", "\\1\u200d", escaped)
+
+
+def test_text_gives_plain_values_back_as_every_step_would():
+    """``text`` returns a value holding nothing to escape as it is (most of what a
+    report quotes), and ``code`` looks for runs of backticks only in a value that has
+    one: the same answers as taking every step, on any value."""
+    import random
+
+    chance = random.Random(7)
+    alphabet = "ab9-_ .\t\n\r+=1.@#&<>`*[]|~\\é\u00a0"
+    values = ["svc-00001", "engine", "Healthy", "12.5", "1. first", " - x", "=", "a_b",
+              "sglang:v1", "", 42, None, 3.5, True] + [
+        "".join(chance.choice(alphabet) for _ in range(chance.randint(0, 8)))
+        for _ in range(5000)]
+    for value in values:
+        assert markdown.text(value) == _text_every_step(value), repr(value)
+        content = re.sub(r"[\r\n]+", " ", str(value))
+        fence = "`" * (max(map(len, re.findall(r"`+", content)), default=0) + 1)
+        pad = " " if content[:1] in ("`", " ") or content[-1:] in ("`", " ") else ""
+        assert markdown.code(value) == f"{fence}{pad}{content}{pad}{fence}", repr(value)

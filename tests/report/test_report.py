@@ -331,3 +331,21 @@ def test_the_report_names_the_commit_it_read_and_takes_the_umask(cli, tmp_path):
     assert cli("reconcile", "--repo", str(plain), "--cluster", f"sim:{tmp_path / 'd.json'}",
                "--report-dir", str(tmp_path / "r2"))[0] == 0
     assert json.loads((tmp_path / "r2" / "status.json").read_text())["revision"] is None
+
+
+def test_the_templates_read_a_dicts_keys_and_its_methods_as_jinja_does():
+    """The report's environment looks a dict's key up first (a speed-up): the answers
+    stay Jinja's, a dict's method names included, and a missing key is still an error."""
+    import jinja2
+
+    from omegitops.report.status import environment
+
+    env = environment()
+    render = lambda source, **values: env.from_string(source).render(**values)  # noqa: E731
+    assert render("{{ c.desired }}", c={"desired": 3}) == "3"
+    assert render("{{ c.get('x', 1) }} {{ c.items() | list }}",
+                  c={"get": "a key", "items": "another"}) == \
+        "1 [('get', 'a key'), ('items', 'another')]"
+    assert render("{{ c.real }}", c=2) == "2"  # not a dict: Jinja's way
+    with pytest.raises(jinja2.UndefinedError):
+        render("{{ c.missing }}", c={"desired": 3})
