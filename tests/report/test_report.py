@@ -341,7 +341,10 @@ def test_the_templates_read_a_dicts_keys_and_its_methods_as_jinja_does():
     from omegitops.report.status import environment
 
     env = environment()
-    render = lambda source, **values: env.from_string(source).render(**values)  # noqa: E731
+
+    def render(source: str, **values) -> str:
+        return env.from_string(source).render(**values)
+
     assert render("{{ c.desired }}", c={"desired": 3}) == "3"
     assert render("{{ c.get('x', 1) }} {{ c.items() | list }}",
                   c={"get": "a key", "items": "another"}) == \
