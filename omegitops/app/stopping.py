@@ -8,13 +8,15 @@ the first pass nothing was applied and the command stops there. Every later sign
 and every signal once the passes are over (``defer``), is only recorded: what the
 passes applied is saved, the report written and pushed, and the run then exits
 128 + the first signal's number. A signal never cuts the save, the report or the
-push in half, and never ends in a traceback.
+push in half, and never ends in a traceback. One that comes while a finalizer runs
+(where an exception is printed and lost) is raised a moment later, outside it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -58,11 +60,39 @@ class OrderlyStop:
                 log.warning("%s received: finishing the writes under way, then stopping",
                             signal.Signals(signum).name)
             return
+        if _in_finalizer(_frame):
+            # Raised in a finalizer (a ``__del__`` that a reference count or the collector
+            # ran at this moment), the exception would be printed as "Exception ignored"
+            # and lost, and the passes would go on. The signal comes again in a moment,
+            # and is raised then, once the finalizer has returned.
+            _send_again(signum)
+            return
         # One exception per run: whatever comes next waits for the writes to finish.
         self.deferring = True
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise Interrupted(signum)
+
+
+# How long a signal that came during a finalizer waits to be sent again.
+RESEND_SECONDS = 0.05
+
+
+def _in_finalizer(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs in a ``__del__``, or in what one called."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _send_again(signum: int) -> None:
+    """Send ``signum`` to this process again shortly, from a timer's thread: sent from
+    the handler itself, it would be handled at once, still inside the finalizer."""
+    timer = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
 
 
 _active: OrderlyStop | None = None
