@@ -5,7 +5,9 @@ of components. Each component's plan is applied in order: its
 InferenceReplica first (so every operation is recorded before its pods are
 touched), then the pod and object actions, then the events. A failure stops
 that component's pass where it is; the recorded operation lets the next
-pass carry on from there, so nothing is lost or done twice.
+pass carry on from there, so nothing is lost or done twice. Different
+InferenceServices' plans go side by side where the backend waits on a server
+(``Cluster.apply_workers``, app/batches.py); one service's in their order.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, NamedTuple
 
+from omegitops.app.batches import in_batches
 from omegitops.cluster.base import (
     CONTROLLER_REVISION,
     INFERENCE_REPLICA,
@@ -585,21 +588,26 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent],
     if not _may_write(cluster, result, prune):
         return result
     writes = Writes()
-    for item, plan in result.plans:
-        try:
-            apply_plan(cluster, plan, result.now, writes)
-        except LeaseLost:
-            raise  # another run may hold the cluster: this one writes nothing more
-        except Conflict as err:
+    # Another run may hold the cluster once the Lease is lost: this one writes nothing more.
+    workers = cluster.apply_workers
+    for (plan, done), outcome in in_batches(_batches(result.plans, workers > 1),
+                                            partial(_apply_one, cluster, result.now),
+                                            workers, fatal=(LeaseLost,)):
+        writes.count += done.count
+        writes.replicas.update(done.replicas)
+        if isinstance(outcome, Conflict):
             # Someone else wrote the InferenceReplica: plan it again next pass.
-            log.info("%s: %s; planning it again next pass", plan.replica["metadata"]["name"], err)
+            log.info("%s: %s; planning it again next pass",
+                     plan.replica["metadata"]["name"], outcome)
             result.failed.add(plan_key(plan))
             result.replicas = None  # not known as stored: the run lists them again
-        except ClusterError as err:
+        elif isinstance(outcome, ClusterError):
             result.replicas = None
-            result.errors.append(f"{plan.replica['metadata']['name']}: {err}")
-            result.transient += isinstance(err, Transient)
+            result.errors.append(f"{plan.replica['metadata']['name']}: {outcome}")
+            result.transient += isinstance(outcome, Transient)
             result.failed.add(plan_key(plan))
+        elif isinstance(outcome, Exception):
+            raise outcome
     result.applied = writes.count
     if result.replicas is not None:
         for key, stored in writes.replicas.items():
@@ -608,6 +616,28 @@ def run_pass(cluster: Cluster, items: list[ServiceComponent],
             else:
                 result.replicas[key] = stored
     return result
+
+
+def _batches(plans: list[tuple[ServiceComponent | None, Plan]], by_service: bool,
+             ) -> list[list[tuple[Plan, Writes]]]:
+    """The plans to apply, each with the record of its writes. ``by_service``: in
+    batches of one InferenceService's components in their order, so that what one of
+    them writes (its events, its rollout group's moves) is written in the order it was
+    planned while different services' plans go side by side (``in_batches``); else a
+    batch per plan, in the plans' order."""
+    if not by_service:
+        return [[(plan, Writes())] for _, plan in plans]
+    batches: dict[tuple[str, str], list[tuple[Plan, Writes]]] = {}
+    for _, plan in plans:
+        meta, spec = plan.replica["metadata"], plan.replica.get("spec") or {}
+        key = (meta.get("namespace") or "", spec.get("inferenceService") or meta["name"])
+        batches.setdefault(key, []).append((plan, Writes()))
+    return list(batches.values())
+
+
+def _apply_one(cluster: Cluster, now: datetime, planned: tuple[Plan, Writes]) -> int:
+    plan, writes = planned
+    return apply_plan(cluster, plan, now, writes)
 
 
 def unobserved(cluster: Cluster, err: ClusterError) -> PassResult:

@@ -109,6 +109,9 @@ class Cluster(abc.ABC):
     # its own goroutine: the API server encodes one kind's pages while this process
     # decodes another's. Not on sim:, whose calls cost no waiting.
     lists_side_by_side: bool = False
+    # How many InferenceServices' plans a pass applies side by side (app/batches.py):
+    # one on a backend with nothing to wait for, more where each write waits on a server.
+    apply_workers: int = 1
     # Whether a pass lists the nodes, to migrate Instances off those going away
     # (lifecycle/migration.py), and keeps a PodDisruptionBudget per component that holds
     # a drain back until they have moved. Off for a run whose account may not list

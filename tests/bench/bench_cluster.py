@@ -1,6 +1,6 @@
 """A fleet on the real API server, as the shipped job meets it, in one run.
 
-    python tests/bench/bench_cluster.py [--services 1000] [--no-min-ready]
+    python tests/bench/bench_cluster.py [--services 1000] [--no-min-ready] [--one-worker]
 
 On the control plane of the tests (``tests/controlplane``: etcd, kube-apiserver,
 kube-scheduler, kube-controller-manager with each controller under its own
@@ -29,6 +29,11 @@ its requests counted from the API server's audit log by verb and resource:
    ``reconcile --until-idle`` rolls omegitops's side. Both are timed to their end;
    the requests of each side in that window are counted, the controllers' being the
    Deployment and ReplicaSet controllers'.
+
+Each run of omegitops applies its plans as ``OMEGITOPS_APPLY_WORKERS`` in this process's
+environment says (``apply_workers`` in the output; 1: one plan after another). With
+``--one-worker`` the image is bumped once more (to v3) with the job applying one plan
+after another, beside the Deployments again: the same run's baseline.
 
 omegitops's rollout also waits, per the documents, for each drained pod to be gone
 before its surge slot is free (KWOK's ``pod-delete`` stage), where the Deployment
@@ -61,6 +66,7 @@ from conftest import JOB_NAMESPACE, JOB_USER, build_control_plane
 from controlplane import ControlPlane
 from kubernetes import client as k8s
 
+from omegitops.cluster.kube.cluster import APPLY_WORKERS_ENV, apply_workers
 from omegitops.manifests.load import load, resolved_components
 from omegitops.render.desired import build_desired
 from omegitops.render.templates import DEFAULT, LABEL_ISVC
@@ -226,7 +232,8 @@ def sim_pass(fleets: Path, services: int) -> dict:
     return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
-def bench(workdir: Path, services: int, no_min_ready: bool, fleets: Path) -> dict:
+def bench(workdir: Path, services: int, no_min_ready: bool, fleets: Path,
+          one_worker: bool = False) -> dict:
     root = workdir / "repo"
     counts = genfleet.write_fleet(root, services)
     if no_min_ready:
@@ -249,11 +256,17 @@ def bench(workdir: Path, services: int, no_min_ready: bool, fleets: Path) -> dic
         single = counted(cp, lambda: omegitops(env, root, "kube"))
         idle = counted(cp, lambda: omegitops(env, root, "kube", "--until-idle"))
         rolled = bump(cp, apps, env, root, engines, "sglang:v2")
-    if rolled["images_left"] != ["sglang:v2"]:
-        raise RuntimeError(f"the bump left images {rolled['images_left']}")
+        # The same bump again, the job applying one plan after another: its baseline.
+        alone = bump(cp, apps, {**env, APPLY_WORKERS_ENV: "1"}, root, engines,
+                     "sglang:v3") if one_worker else None
+    for figures, image in ((rolled, "sglang:v2"), (alone, "sglang:v3")):
+        if figures is not None and figures["images_left"] != [image]:
+            raise RuntimeError(f"the bump to {image} left images {figures['images_left']}")
     return {
         "benchmark": "real_api_server_fleet",
         "services": services, "components": counts["components"], "pods": counts["pods"],
+        # How many services' plans each run applies at once (OMEGITOPS_APPLY_WORKERS).
+        "apply_workers": apply_workers(),
         "bumped_components": len(engines), "bumped_pods": mirrored,
         "bring_up": bring_up,
         "converged_pass": single, "converged_until_idle": idle,
@@ -266,6 +279,9 @@ def bench(workdir: Path, services: int, no_min_ready: bool, fleets: Path) -> dic
                                            / rolled["deployment_seconds"], 3),
         "bump_requests_ratio": round(rolled["omegitops_requests"]
                                      / max(1, rolled["controllers_requests"]), 3),
+        "bump_one_worker": alone,
+        "bump_one_worker_vs_deployments_ratio": round(
+            alone["omegitops_seconds"] / alone["deployment_seconds"], 3) if alone else None,
     }
 
 
@@ -274,12 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--services", type=int, default=1000)
     parser.add_argument("--no-min-ready", action="store_true",
                         help="drop the services' minReadySeconds: a quick run, no sim: twin")
+    parser.add_argument("--one-worker", action="store_true",
+                        help="bump the image again with the job applying one plan after "
+                             "another (OMEGITOPS_APPLY_WORKERS=1), beside the Deployments")
     parser.add_argument("--workdir", default=None,
                         help="keep the converged sim: fleet here (as the other benchmarks do)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         benchlib.emit(bench(Path(scratch), args.services, args.no_min_ready,
-                            Path(args.workdir or scratch)))
+                            Path(args.workdir or scratch), args.one_worker))
     return 0
 
 

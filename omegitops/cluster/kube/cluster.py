@@ -13,6 +13,7 @@ go in and come out as plain Kubernetes JSON, as on the simulator.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -47,6 +48,7 @@ from omegitops.cluster.kube.rest import MERGE_PATCH, STRATEGIC_PATCH, Rest, Retr
 from omegitops.cluster.kube.watches import WATCH_SECONDS, WatchedKind, Watches
 from omegitops.cluster.lease import DEFAULT_DURATION_SECONDS, LEASE_NAME, Lease
 from omegitops.cluster.sequences import already_counted
+from omegitops.util.errors import UsageError
 from omegitops.util.gcpause import without_gc_pauses
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,22 @@ SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "deletionTimesta
 
 # Events a run remembers for their repeats (client-go's correlator keeps 4096).
 MAX_REMEMBERED_EVENTS = 4096
+# InferenceServices whose plans a pass applies side by side: as many as the Deployment
+# controller's workers (kube-controller-manager's --concurrent-deployment-syncs).
+APPLY_WORKERS = 5
+APPLY_WORKERS_ENV = "OMEGITOPS_APPLY_WORKERS"
+MAX_APPLY_WORKERS = 64
+
+
+def apply_workers(environ: dict[str, str] | None = None) -> int:
+    """``$OMEGITOPS_APPLY_WORKERS`` (1: one plan after another), else ``APPLY_WORKERS``."""
+    value = (os.environ if environ is None else environ).get(APPLY_WORKERS_ENV, "").strip()
+    if not value:
+        return APPLY_WORKERS
+    if not value.isdigit() or not 1 <= int(value) <= MAX_APPLY_WORKERS:
+        raise UsageError(f"{APPLY_WORKERS_ENV}={value!r}: a whole number from 1 to "
+                         f"{MAX_APPLY_WORKERS} (how many services' plans are applied at once)")
+    return int(value)
 
 
 class KubeCluster(Cluster):
@@ -89,6 +107,7 @@ class KubeCluster(Cluster):
                  lease_seconds: int = DEFAULT_DURATION_SECONDS,
                  retry: RetryPolicy | None = None, timeout: float = 30.0,
                  kubeconfig: str | None = None) -> None:
+        self.apply_workers = apply_workers()  # a wrong value is told before any request
         self.context = context
         self._own_client = api_client is None
         self.api_client = api_client if api_client is not None else connect(context, kubeconfig)
@@ -99,6 +118,7 @@ class KubeCluster(Cluster):
         self._service_uids: dict[tuple[str, str], str | None] = {}
         # The Events this run wrote, as written: a repeat is patched with no read.
         self._events: dict[tuple[str, str], dict] = {}
+        self._events_lock = threading.Lock()
         # Permissions not granted, by the namespace they were asked in (once a run).
         self._reviewed: dict[str, list[str]] = {}
         self._service_status_dropped = False  # the CRD prunes status.components.*.lifecycle
@@ -458,9 +478,10 @@ class KubeCluster(Cluster):
 
     def _remember_event(self, key: tuple[str, str], stored: dict) -> dict:
         """An Event as this run last wrote it, for the next repeat's patch."""
-        if len(self._events) >= MAX_REMEMBERED_EVENTS:
-            self._events.pop(next(iter(self._events)))
-        self._events[key] = stored
+        with self._events_lock:  # plans are applied side by side
+            if len(self._events) >= MAX_REMEMBERED_EVENTS:
+                self._events.pop(next(iter(self._events)))
+            self._events[key] = stored
         return stored
 
     def inference_service_uid(self, namespace: str, name: str) -> str | None:
