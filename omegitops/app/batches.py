@@ -30,6 +30,7 @@ O = TypeVar("O")
 # How often the calling thread wakes while the batches run, to take a signal.
 WAKE_SECONDS = 0.1
 
+
 def in_batches(batches: Iterable[list[T]], work: Callable[[T], R], workers: int,
                fatal: tuple[type[BaseException], ...] = ()) -> list[tuple[T, R | Exception]]:
     """Each item with what ``work`` returned for it or the Exception it raised, in the

@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import threading
+import weakref
 from collections.abc import Iterator
 from types import FrameType
 
@@ -79,12 +80,18 @@ RESEND_SECONDS = 0.05
 
 
 def _in_finalizer(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs in a ``__del__``, or in what one called."""
+    """Whether ``frame`` runs in a finalizer, or in what one called: a ``__del__``, or a
+    ``weakref.finalize`` callback (whose exceptions are dropped the same way)."""
     while frame is not None:
-        if frame.f_code.co_name == "__del__":
+        code = frame.f_code
+        if code.co_name == "__del__" or code is _FINALIZE_CALL:
             return True
         frame = frame.f_back
     return False
+
+
+# The frame a weakref.finalize callback runs under, when the object it watches goes.
+_FINALIZE_CALL = weakref.finalize.__call__.__code__
 
 
 def _send_again(signum: int) -> None:
