@@ -7,9 +7,16 @@ time), the InferenceReplica it writes carries a fingerprint of everything the
 plan read: the desired side (revision, shape, every resolved lifecycle value,
 whether a pinned runtime has drifted)
 and the observed side (the InferenceReplica's own spec, status and
-annotations, and the resourceVersion of each pod, Service, ControllerRevision
-and PodGroup of the component). A later pass that computes the same
-fingerprint would make the same plan, which does nothing: it is skipped.
+annotations, the resourceVersion of each pod, Service, ControllerRevision
+and PodGroup of the component, and the spec of its PodDisruptionBudget). A
+later pass that computes the same fingerprint would make the same plan, which
+does nothing: it is skipped.
+
+A budget counts by its spec, not its resourceVersion: the plan reads nothing else
+of it, and the disruption controller rewrites its status as the component's pods
+come and go, behind them, often after the pass that recorded the fingerprint (on a
+loaded control plane, minutes after). Every component would then be planned, and
+its fingerprint written, once more for nothing.
 
 Time is not in the fingerprint, and need not be: a plan that waits for a
 moment (a deadline, a minReadySeconds window, a backoff, a grace period)
@@ -61,7 +68,8 @@ def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
         "services": _versions(observed.services),
         "revisions": _versions(observed.revisions),
         "podgroups": None if observed.podgroups is None else _versions(observed.podgroups),
-        "budgets": None if observed.budgets is None else _versions(observed.budgets),
+        "budgets": None if observed.budgets is None else {
+            name: budget.get("spec") for name, budget in observed.budgets.items()},
         # What the other members of its rollout group let it do.
         "group": None if observed.group is None else observed.group.for_fingerprint(),
         # What a migration reads of the nodes (never their resourceVersion, which every

@@ -120,6 +120,33 @@ def test_a_cordoned_node_is_seen_at_once(tmp_path, planned):
     assert {r["index"]: r["phase"] for r in scenario.rows(NAME)}[0] == "Migrating"
 
 
+def test_a_budget_s_status_written_behind_the_pass_is_not_a_change(tmp_path, planned):
+    """The disruption controller rewrites a PodDisruptionBudget's status as pods come
+    and go, often after the pass that fingerprinted the component: the plan reads only
+    the budget's spec, so only a change to it is planned."""
+    from omegitops.cluster.sim import SimCluster
+
+    scenario, _ = settled(tmp_path, replicas=2)
+
+    def rewrite(**fields):
+        with SimCluster(scenario.path) as cluster:
+            budget = cluster.get_object("PodDisruptionBudget", "demo", NAME)
+            cluster.replace_object({**budget, **fields})
+
+    rewrite(status={"currentHealthy": 2, "desiredHealthy": 2, "disruptionsAllowed": 0})
+    planned.clear()
+    scenario.run_pass()
+    assert planned == []
+
+    rewrite(spec={"selector": {"matchLabels": {"ome.io/component": "engine"}},
+                  "maxUnavailable": 1})
+    scenario.run_pass()
+    assert planned == ["engine"]
+    with SimCluster(scenario.path) as cluster:
+        spec = cluster.get_object("PodDisruptionBudget", "demo", NAME)["spec"]
+    assert spec["maxUnavailable"] == 0 and "ome.io/inferenceservice" in str(spec)
+
+
 @pytest.mark.parametrize("document", [
     {"desired": ["abc", False, None, {"b": 1, "a": [1, 2, 3]}], "pods": [("p-0", "17")]},
     {"z": {"y": {"x": [None, True, 0.5, 30.0, -7]}}, "a": "text \"quoted\" \\ / \t"},
