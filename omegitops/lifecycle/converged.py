@@ -7,16 +7,17 @@ time), the InferenceReplica it writes carries a fingerprint of everything the
 plan read: the desired side (revision, shape, every resolved lifecycle value,
 whether a pinned runtime has drifted)
 and the observed side (the InferenceReplica's own spec, status and
-annotations, the resourceVersion of each pod, Service, ControllerRevision
-and PodGroup of the component, and the spec of its PodDisruptionBudget). A
-later pass that computes the same fingerprint would make the same plan, which
-does nothing: it is skipped.
+annotations, the resourceVersion of each pod, Service and ControllerRevision
+of the component, and the spec of each of its PodGroups and its
+PodDisruptionBudget). A later pass that computes the same fingerprint would make
+the same plan, which does nothing: it is skipped.
 
-A budget counts by its spec, not its resourceVersion: the plan reads nothing else
-of it, and the disruption controller rewrites its status as the component's pods
-come and go, behind them, often after the pass that recorded the fingerprint (on a
-loaded control plane, minutes after). Every component would then be planned, and
-its fingerprint written, once more for nothing.
+A PodGroup or a budget counts by its spec, not its resourceVersion: the plan reads
+nothing else of it, and its controller (the gang scheduler's, the disruption
+controller) rewrites its status as the component's pods come and go, behind them,
+often after the pass that recorded the fingerprint (on a loaded control plane,
+minutes after). Every such component would then be planned, and its fingerprint
+written, once more for nothing.
 
 Time is not in the fingerprint, and need not be: a plan that waits for a
 moment (a deadline, a minReadySeconds window, a backoff, a grace period)
@@ -50,6 +51,11 @@ def _versions(objects: Any) -> list[tuple[str, str]]:
                   for o in items)
 
 
+def _specs(objects: dict[str, Json] | None) -> dict[str, Any] | None:
+    """Each object's spec by name (None: the kind is not kept here)."""
+    return None if objects is None else {name: o.get("spec") for name, o in objects.items()}
+
+
 def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
                 replica: Json) -> str:
     """The fingerprint of a plan of ``desired`` against ``observed`` whose InferenceReplica
@@ -67,9 +73,8 @@ def fingerprint(desired: DesiredComponent, observed: ObservedComponent,
         "pods": _versions(observed.pods),
         "services": _versions(observed.services),
         "revisions": _versions(observed.revisions),
-        "podgroups": None if observed.podgroups is None else _versions(observed.podgroups),
-        "budgets": None if observed.budgets is None else {
-            name: budget.get("spec") for name, budget in observed.budgets.items()},
+        "podgroups": _specs(observed.podgroups),
+        "budgets": _specs(observed.budgets),
         # What the other members of its rollout group let it do.
         "group": None if observed.group is None else observed.group.for_fingerprint(),
         # What a migration reads of the nodes (never their resourceVersion, which every

@@ -120,31 +120,47 @@ def test_a_cordoned_node_is_seen_at_once(tmp_path, planned):
     assert {r["index"]: r["phase"] for r in scenario.rows(NAME)}[0] == "Migrating"
 
 
-def test_a_budget_s_status_written_behind_the_pass_is_not_a_change(tmp_path, planned):
-    """The disruption controller rewrites a PodDisruptionBudget's status as pods come
-    and go, often after the pass that fingerprinted the component: the plan reads only
-    the budget's spec, so only a change to it is planned."""
+@pytest.mark.parametrize(("kind", "name", "status", "spec", "undone"), [
+    ("PodDisruptionBudget", NAME,
+     {"currentHealthy": 2, "desiredHealthy": 2, "disruptionsAllowed": 0},
+     {"selector": {"matchLabels": {"ome.io/component": "engine"}}, "maxUnavailable": 1}, True),
+    # A PodGroup's size is set when its Instance's pods are made (render/services.py).
+    ("PodGroup", f"{NAME}-0", {"phase": "Running", "running": 2}, {"minMember": 1}, False),
+])
+def test_a_status_its_controller_writes_behind_the_pass_is_not_a_change(
+        tmp_path, planned, kind, name, status, spec, undone):
+    """The disruption controller and the gang scheduler's controller rewrite a
+    PodDisruptionBudget's and a PodGroup's status as pods come and go, often after the
+    pass that fingerprinted the component: the plan reads only their spec, so only a
+    change to it is planned."""
     from omegitops.cluster.sim import SimCluster
+    from tests.fleet import write_service
+    from tests.scenario import Scenario
 
-    scenario, _ = settled(tmp_path, replicas=2)
+    repo = tmp_path / "repo"
+    write_service(repo, replicas=2, workers=1)
+    scenario = Scenario(tmp_path, repo, podgroups=True)
+    scenario.until_idle()
+    scenario.run_pass()
+
+    def read():
+        with SimCluster(scenario.path) as cluster:
+            return cluster.get_object(kind, "demo", name)
 
     def rewrite(**fields):
         with SimCluster(scenario.path) as cluster:
-            budget = cluster.get_object("PodDisruptionBudget", "demo", NAME)
-            cluster.replace_object({**budget, **fields})
+            cluster.replace_object({**cluster.get_object(kind, "demo", name), **fields})
 
-    rewrite(status={"currentHealthy": 2, "desiredHealthy": 2, "disruptionsAllowed": 0})
+    wanted = read()["spec"]
+    rewrite(status=status)
     planned.clear()
     scenario.run_pass()
     assert planned == []
 
-    rewrite(spec={"selector": {"matchLabels": {"ome.io/component": "engine"}},
-                  "maxUnavailable": 1})
+    rewrite(spec=spec)
     scenario.run_pass()
     assert planned == ["engine"]
-    with SimCluster(scenario.path) as cluster:
-        spec = cluster.get_object("PodDisruptionBudget", "demo", NAME)["spec"]
-    assert spec["maxUnavailable"] == 0 and "ome.io/inferenceservice" in str(spec)
+    assert (read()["spec"] == wanted) is undone
 
 
 @pytest.mark.parametrize("document", [
