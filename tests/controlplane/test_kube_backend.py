@@ -28,6 +28,7 @@ from omegitops.cluster.base import (
     EVENT,
     INFERENCE_REPLICA,
     POD,
+    POD_DISRUPTION_BUDGET,
     POD_GROUP,
     SERVICE,
 )
@@ -674,6 +675,14 @@ def test_reconcile_as_the_job_creates_what_it_manages_and_a_converged_pass_write
     recorded = {path for verb, path, _ in requests() if verb in WRITE_VERBS
                 and "/leases" not in path and not path.endswith(REVIEWS)}
     assert all("/inferencereplicas/" in path for path in recorded), recorded
+    # The disruption controller and a gang scheduler's controller write the status of
+    # a budget and a PodGroup behind the pods, at any moment: not a change to a plan.
+    admin = KubeCluster(api_client=cp.admin, lease=False)
+    budget = cp.get("policy/v1", POD_DISRUPTION_BUDGET, ns, "solo-engine")
+    admin.replace_status({**budget, "status": {
+        **budget["status"], "disruptionsAllowed": budget["status"]["disruptionsAllowed"] + 1}})
+    group = cp.get("scheduling.x-k8s.io/v1alpha1", POD_GROUP, ns, "gang-engine-0")
+    admin.replace_status({**group, "status": {"phase": "Running", "running": 2}})
     requests.reset()
     again = run_job(cp, argv, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
