@@ -678,11 +678,21 @@ def test_reconcile_as_the_job_creates_what_it_manages_and_a_converged_pass_write
     # The disruption controller and a gang scheduler's controller write the status of
     # a budget and a PodGroup behind the pods, at any moment: not a change to a plan.
     admin = KubeCluster(api_client=cp.admin, lease=False)
-    budget = cp.get("policy/v1", POD_DISRUPTION_BUDGET, ns, "solo-engine")
-    admin.replace_status({**budget, "status": {
-        **budget["status"], "disruptionsAllowed": budget["status"]["disruptionsAllowed"] + 1}})
-    group = cp.get("scheduling.x-k8s.io/v1alpha1", POD_GROUP, ns, "gang-engine-0")
-    admin.replace_status({**group, "status": {"phase": "Running", "running": 2}})
+
+    def write_status(api_version: str, kind: str, name: str, status) -> None:
+        for _ in range(10):  # the disruption controller may write it meanwhile
+            current = cp.get(api_version, kind, ns, name)
+            try:
+                admin.replace_status({**current, "status": status(current.get("status") or {})})
+                return
+            except Conflict:
+                continue
+        raise AssertionError(f"{kind} {name}: every status write conflicted")
+
+    write_status("policy/v1", POD_DISRUPTION_BUDGET, "solo-engine", lambda status: {
+        **status, "disruptionsAllowed": status["disruptionsAllowed"] + 1})
+    write_status("scheduling.x-k8s.io/v1alpha1", POD_GROUP, "gang-engine-0",
+                 lambda status: {"phase": "Running", "running": 2})
     requests.reset()
     again = run_job(cp, argv, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]

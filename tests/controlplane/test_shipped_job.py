@@ -214,7 +214,28 @@ def examples_in_node_cluster(node_cluster):
               "metadata": {"name": "omegitops-git", "namespace": JOB_NAMESPACE},
               "stringData": {"username": "omegitops", "token": "unused-by-git-daemon"}})
     yield cp, test_job.example_namespaces()
+    remove_scheduled_runs(cp)
     test_job.remove_examples(cp)
+
+
+CRONJOB = "omegitops-reconcile"
+FOREGROUND = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
+
+
+def remove_scheduled_runs(cp) -> None:
+    """The shipped CronJob goes, with the Jobs it started and their pods, and then the
+    Lease: the tests after this one share the cluster, and a run the schedule started
+    (every 5 minutes) held the Lease when an Argo workflow's began, which then did
+    nothing."""
+    cp.delete("batch/v1", "CronJob", JOB_NAMESPACE, CRONJOB, body=FOREGROUND)
+    started = [job["metadata"]["name"] for job in cp.list("batch/v1", "Job", JOB_NAMESPACE)
+               if any(owner["kind"] == "CronJob" and owner["name"] == CRONJOB
+                      for owner in job["metadata"].get("ownerReferences") or [])]
+    for name in started:
+        cp.delete("batch/v1", "Job", JOB_NAMESPACE, name, body=FOREGROUND)
+    cp.wait_for(lambda: not any(cp.get("batch/v1", "Job", JOB_NAMESPACE, name)
+                                for name in started), 180, "the scheduled runs to go")
+    cp.delete("coordination.k8s.io/v1", "Lease", JOB_NAMESPACE, "omegitops")
 
 
 def test_the_shipped_cronjob_brings_the_examples_to_ready_and_pushes_its_report(
