@@ -196,11 +196,12 @@ def test_the_chart_renders_what_the_base_applies(helm, kubectl, scheduler):
 
 def test_the_values_set_the_settings_image_and_namespace(helm):
     rendered = by_key(template(helm, "settings.repoUrl=https://git.example.com/m.git",
-                               "settings.maxSeconds=600", "image.tag=0.2.0",
-                               "namespace.enforce=restricted"))
+                               "settings.maxSeconds=600", "settings.applyWorkers=2",
+                               "image.tag=0.2.0", "namespace.enforce=restricted"))
     data = rendered[("ConfigMap", "omegitops-settings")]["data"]
     assert data["REPO_URL"] == "https://git.example.com/m.git"
     assert data["MAX_SECONDS"] == "600"
+    assert data["APPLY_WORKERS"] == "2"
     pod = rendered[("CronJob", "omegitops-reconcile")]["spec"]["jobTemplate"]["spec"]
     assert pod["template"]["spec"]["containers"][0]["image"].endswith(":0.2.0")
     labels = rendered[("Namespace", NAMESPACE)]["metadata"]["labels"]
@@ -213,6 +214,8 @@ def test_the_values_set_the_settings_image_and_namespace(helm):
     ("scheduler=both", "scheduler"),
     ("settings.repoUrl=https://user:token@git.example.com/m.git", "repoUrl"),
     ("settings.maxSeconds=5000", "maxSeconds"),
+    ("settings.applyWorkers=0", "applyWorkers"),
+    ("settings.applyWorkers=65", "applyWorkers"),
     ("image.pullPolicy=Sometimes", "pullPolicy"),
     ("replicas=2", "replicas"),
 ])

@@ -36,6 +36,7 @@ import yaml
 from omegitops.app.shards import MAX_SHARDS, Shard
 from omegitops.cli import build_parser
 from omegitops.cluster.kube.access import INFERENCE_SERVICES, PASS, PODGROUPS, PRUNE, Permission
+from omegitops.cluster.kube.cluster import APPLY_WORKERS, APPLY_WORKERS_ENV, apply_workers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = REPO_ROOT / "pipelines"
@@ -413,7 +414,7 @@ def test_the_jobs_read_where_to_reconcile_from_one_configmap():
     """A user sets the repository once, in the ConfigMap, not by list index in a
     container's env or a workflow's parameters."""
     assert set(settings()) == {"REPO_URL", "BRANCH", "REPORT_DIR", "REPORT_BRANCH",
-                               "MAX_SECONDS"}
+                               "MAX_SECONDS", "APPLY_WORKERS"}
     configmap = the("ConfigMap", SETTINGS)
     # Argo reads parameters only from ConfigMaps with this label.
     assert configmap["metadata"]["labels"]["workflows.argoproj.io/configmap-type"] \
@@ -423,6 +424,24 @@ def test_the_jobs_read_where_to_reconcile_from_one_configmap():
     assert not {e["name"] for e in container["env"]} & set(settings())
     cron = the("CronWorkflow")["spec"]["workflowSpec"]
     assert all("value" not in p for p in cron["arguments"]["parameters"])
+
+
+def test_every_job_applies_as_many_plans_at_once_as_the_settings_say():
+    """APPLY_WORKERS reaches each job's pods (the sharded template's shards too) as
+    OMEGITOPS_APPLY_WORKERS, read by the kubelet from the ConfigMap; a ConfigMap kept
+    from before the key existed leaves it unset, and omegitops its own default."""
+    entry = {"name": APPLY_WORKERS_ENV, "valueFrom": {"configMapKeyRef": {
+        "name": SETTINGS, "key": "APPLY_WORKERS", "optional": True}}}
+    containers = {kind: container for kind, (_, container, _) in pod_settings().items()}
+    sharded = the("WorkflowTemplate", "omegitops-reconcile-sharded")["spec"]
+    containers |= {f"sharded {t['name']}": t["container"] for t in sharded["templates"]
+                   if APPLY_WORKERS_ENV in {e["name"] for e in
+                                            (t.get("container") or {}).get("env", [])}}
+    assert len(containers) == 4, sorted(containers)
+    for kind, container in containers.items():
+        assert entry in container["env"], kind
+    assert apply_workers({APPLY_WORKERS_ENV: settings()["APPLY_WORKERS"]}) == APPLY_WORKERS
+    assert apply_workers({}) == APPLY_WORKERS
 
 
 def test_the_command_line_is_one_omegitops_accepts():
