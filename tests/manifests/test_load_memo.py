@@ -250,3 +250,57 @@ def test_the_autoscaling_bounds_come_back_from_the_memo(tmp_path):
     second = load(repo, cache_dir=cache)
     assert memo_for(cache).hits > 0
     assert [c.lifecycle.bounds for c in resolved_components(second)] == [(1, 4)]
+
+
+def _settings_pack(**changes):
+    """A component's settings as the memo packs them, with ``changes``."""
+    from dataclasses import fields
+
+    from omegitops.model.settings import ComponentSettings
+
+    settings = ComponentSettings()
+    values = {f.name: getattr(settings, f.name) for f in fields(settings)}
+    values["update_retry"] = None
+    return {**values, **changes}
+
+
+def test_values_unpacked_alike_are_shared_and_equal_values_of_other_types_are_not():
+    """A fleet's components come back from the memo as a few dozen distinct values, each
+    built once and shared; a value equal to another but of another type (1, 1.0, True)
+    is its own, as resolving the manifest anew would give it."""
+    from omegitops.manifests import findings
+
+    first = findings._unpack_resolved((30, "isvc", ("spec", "engine", "lifecycle")))
+    again = findings._unpack_resolved((30, "isvc", ("spec", "engine", "lifecycle")))
+    assert again is first
+    for other in (30.0, True):
+        found = findings._unpack_resolved((other, "isvc", ("spec", "engine", "lifecycle")))
+        assert type(found.value) is type(other) and found is not first
+    group = findings._unpack_resolved(({"name": "g"}, "isvc", ("spec", "rollout")))
+    assert findings._unpack_resolved(({"name": "g"}, "isvc", ("spec", "rollout"))) \
+        is not group  # a dict can change: never shared
+
+    plain = findings._unpack_settings(_settings_pack(update_retry=(3, 1)))
+    assert findings._unpack_settings(_settings_pack(update_retry=(3, 1))) is plain
+    floated = findings._unpack_settings(_settings_pack(update_retry=(3, 1.0)))
+    assert type(floated.update_retry.initial_backoff) is float
+    assert findings._unpack_settings(_settings_pack(min_ready_seconds=7)).min_ready_seconds == 7
+
+
+def test_a_damaged_value_is_refused_though_an_equal_one_was_shared():
+    """What the shared values hold back is only the building: a damaged entry is still
+    refused, whatever was unpacked before it."""
+    import pytest
+
+    from omegitops.manifests import findings
+
+    findings._unpack_resolved(("SurgeThenDrain", "isvc", ("spec",)))
+    for bad in (("SurgeThenDrain", 3, ("spec",)), ("SurgeThenDrain", "isvc", "spec"),
+                ("SurgeThenDrain", "isvc", ([],)), ["SurgeThenDrain", "isvc", ("spec",)]):
+        with pytest.raises(findings.NotAFinding):
+            findings._unpack_resolved(bad)
+    findings._unpack_settings(_settings_pack())
+    with pytest.raises(findings.NotAFinding):
+        findings._unpack_settings(_settings_pack(min_ready_seconds="30"))
+    with pytest.raises(findings.NotAFinding):
+        findings._unpack_settings({**_settings_pack(), "unknown": 1})
