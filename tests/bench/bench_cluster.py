@@ -15,7 +15,8 @@ its requests counted from the API server's audit log by verb and resource:
 1. **bring-up**: ``reconcile --until-idle`` from an empty cluster to a fleet at rest;
 2. **converged**: one ``reconcile`` pass right after the bring-up (the CronJob without
    ``--until-idle``), and one ``--until-idle`` run, which ends after its pass; then,
-   once no managed pod has changed for a minute (``settle``: the controllers, the
+   once no managed pod has changed for a minute (``settle``; a tenth of a second per
+   service for a small fleet, at least 10 s: the controllers, the
    scheduler and KWOK done with the bring-up, as a CronJob's run mostly finds them),
    three more single passes (``converged_settled``), each with what moved of the
    managed pods and the nodes since the one before (``moved``: which fields of the
@@ -85,9 +86,11 @@ PEER = "peer"
 # The target: one converged run on the real API server within 3x the same pass
 # on sim:.
 SIM_TARGET = 3.0
-# The control plane is at rest once no managed pod has changed for this long (polled
-# every SETTLE_POLL seconds), waited for at most SETTLE_LIMIT.
+# The control plane is at rest once no managed pod has changed for a minute, or a tenth
+# of a second per service for a small fleet, at least QUIET_MIN (polled every
+# SETTLE_POLL seconds), waited for at most SETTLE_LIMIT.
 QUIET_SECONDS = 60
+QUIET_MIN = 10
 SETTLE_POLL = 10
 SETTLE_LIMIT = 1200
 SETTLED_RUNS = 3
@@ -263,9 +266,14 @@ def _ready_since(node: dict) -> str | None:
     return None
 
 
-def settle(core: k8s.CoreV1Api) -> dict:
-    """Wait until no managed pod has changed for QUIET_SECONDS (at most SETTLE_LIMIT):
-    the seconds waited, and whether it came to rest."""
+def quiet_seconds(services: int) -> float:
+    """How long no managed pod must change for the control plane to be at rest."""
+    return min(QUIET_SECONDS, max(QUIET_MIN, services / 10))
+
+
+def settle(core: k8s.CoreV1Api, quiet: float) -> dict:
+    """Wait until no managed pod has changed for ``quiet`` seconds (at most
+    SETTLE_LIMIT): the seconds waited, and whether it came to rest."""
     start = time.monotonic()
     last, since = Snapshot(core).versions(), start
     while time.monotonic() - start < SETTLE_LIMIT:
@@ -273,7 +281,7 @@ def settle(core: k8s.CoreV1Api) -> dict:
         now = Snapshot(core).versions()
         if now != last:
             last, since = now, time.monotonic()
-        elif time.monotonic() - since >= QUIET_SECONDS:
+        elif time.monotonic() - since >= quiet:
             return {"seconds": round(time.monotonic() - start, 1), "settled": True}
     return {"seconds": round(time.monotonic() - start, 1), "settled": False}
 
@@ -332,10 +340,13 @@ def moved(before: Snapshot, after: Snapshot) -> dict:
             "fields": dict(fields.most_common(12)), "nodes_ready_changed": flapped}
 
 
-def settled_runs(cp: ControlPlane, core: k8s.CoreV1Api, env: dict, root: Path) -> dict:
+def settled_runs(cp: ControlPlane, core: k8s.CoreV1Api, env: dict, root: Path,
+                 services: int) -> dict:
     """SETTLED_RUNS single passes once the control plane is at rest, one after another,
-    each with what moved since the snapshot before the one before it; their medians."""
-    waited = settle(core)
+    and their medians; each with what moved between the snapshot taken just before it
+    and the one taken before the run before it (for the first, when the control plane
+    came to rest): what its fingerprints can find changed since that run listed."""
+    waited = settle(core, quiet_seconds(services))
     runs, last = [], Snapshot(core)
     for _ in range(SETTLED_RUNS):
         now = Snapshot(core)
@@ -379,7 +390,7 @@ def bench(workdir: Path, services: int, no_min_ready: bool, fleets: Path,
         DeploymentsClock(apps, "sglang:v1").start().wait(1800)
         single = counted(cp, lambda: omegitops(env, root, "kube"))
         idle = counted(cp, lambda: omegitops(env, root, "kube", "--until-idle"))
-        settled = settled_runs(cp, k8s.CoreV1Api(cp.admin), env, root)
+        settled = settled_runs(cp, k8s.CoreV1Api(cp.admin), env, root, services)
         rolled = None if no_bump else bump(cp, apps, env, root, engines, "sglang:v2")
         # The same bump again, the job applying one plan after another: its baseline.
         alone = bump(cp, apps, {**env, APPLY_WORKERS_ENV: "1"}, root, engines,
