@@ -3,13 +3,14 @@
     python tests/bench/run.py [--services 1000] [--sizes 10,100,1000] [--runs 3]
                               [--instances 16] [--workdir DIR] [--watch-services N]
                               [--watch-min-ready 30] [--no-control-plane]
-                              [--scale 10000] [--no-install]
+                              [--scale 10000] [--no-install] [--no-bring-up]
 
 Each benchmark runs as its own process (``bench_pass.py``, ``bench_api.py``,
 ``bench_memory.py``, ``bench_rollout.py``, ``bench_shards.py``, and ``bench_watch.py`` and
 ``bench_peer.py``, ``bench_cluster.py`` and ``bench_drain.py`` on the real control plane unless ``--no-control-plane``, and
 ``bench_install.py`` there too unless ``--no-install`` (two clusters with a real node,
-a few minutes); each also runs alone and prints its
+a few minutes), and ``bench_bringup.py`` unless ``--no-bring-up`` (four bring-ups of the
+control-plane fleet, each on a control plane of its own); each also runs alone and prints its
 own document), sharing one work folder so that each converged fleet is built
 once. The top-level keys are the headline figures; ``details`` holds each
 benchmark's full document. Building the 1,000-service fleet (reconciling it
@@ -47,7 +48,8 @@ PEER_SIZES = (20, 200)
 def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
             watch_services: int | None = None, watch_min_ready: int = 30,
             scale: list[int] | None = None, peer_sizes: tuple[int, ...] = PEER_SIZES,
-            peer_trials: int = 3, peer_cadence: bool = True, install: bool = True) -> dict:
+            peer_trials: int = 3, peer_cadence: bool = True, install: bool = True,
+            bring_up: bool = True) -> dict:
     started = time.perf_counter()
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--workdir", str(workdir)]
@@ -68,7 +70,7 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
     largest = max(curve)
     rollout = _run("bench_rollout.py", "--instances", str(instances))
     shards = _run("bench_shards.py", "--services", str(services), "--runs", str(runs), *common)
-    real, peers, drain, installed, cluster = {}, {}, {}, {}, {}
+    real, peers, drain, installed, cluster, writers = {}, {}, {}, {}, {}, {}
     if watch_services is not None:
         # One kubectl drain beside a Deployment with a PodDisruptionBudget.
         drain = _run("bench_drain.py", "--replicas", "2")
@@ -79,6 +81,9 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         # beside the Deployment controller (with no minReadySeconds: no sim: twin).
         cluster = _run("bench_cluster.py", "--services", str(watch_services), *common,
                        *(["--no-min-ready"] if watch_min_ready == 0 else []))
+        if bring_up:
+            # The fleet brought up with one writer and with five, both orders.
+            writers = _run("bench_bringup.py", "--services", str(watch_services))
         real = _run("bench_watch.py", "--services", str(watch_services),
                     "--instances", str(instances), "--min-ready", str(watch_min_ready))
         # Beside the Deployment controller, inside 20 and 200 services (the cadence's
@@ -117,7 +122,8 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         | {"converged_pass": cluster.get("converged_pass", {}).get("seconds"),
            "converged_peak_rss_mb": cluster.get("converged_pass", {}).get("peak_rss_mb"),
            "converged_requests": cluster.get("converged_pass", {}).get("requests"),
-           "bring_up_seconds": cluster.get("bring_up", {}).get("seconds")},
+           "bring_up_seconds": cluster.get("bring_up", {}).get("seconds"),
+           "bring_up_workers_vs_one_ratio": writers.get("workers_vs_one_ratio")},
         "drain": {key: drain.get(key) for key in (
             "drain_seconds", "omegitops", "deployment", "serving_floor_ratio",
             "off_node_ratio")},
@@ -144,7 +150,8 @@ def run_all(workdir: Path, services: int, sizes: str, runs: int, instances: int,
         "wall_seconds": round(time.perf_counter() - started, 1),
         "details": {"pass": passed, "api": api, "memory": memory, "rollout": rollout,
                     "rollout_real": real, "shards": shards, "peer": peers,
-                    "drain": drain, "install": installed, "cluster": cluster},
+                    "drain": drain, "install": installed, "cluster": cluster,
+                    "bring_up_writers": writers},
     }
 
 
@@ -169,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-install", action="store_true",
                         help="skip bench_install.py (the base and the chart installed on "
                              "clusters of their own, with a real node)")
+    parser.add_argument("--no-bring-up", action="store_true",
+                        help="skip bench_bringup.py (the fleet brought up four times)")
     parser.add_argument("--no-control-plane", action="store_true",
                         help="skip bench_watch.py, which starts the real control plane")
     args = parser.parse_args(argv)
@@ -179,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                            args.instances, watch_services, args.watch_min_ready,
                            [int(n) for n in args.scale.split(",") if n],
                            tuple(int(n) for n in args.peer_sizes.split(",") if n),
-                           args.peer_trials, not args.no_peer_cadence, not args.no_install)
+                           args.peer_trials, not args.no_peer_cadence, not args.no_install,
+                           not args.no_bring_up)
     json.dump(document, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 RUN = HERE / "run.py"
 BUILD = HERE.parent / "controlplane" / "build.sh"
@@ -41,8 +43,9 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
     real = ["--no-control-plane"] if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip" \
         else ["--watch-services", "2", "--watch-min-ready", "0", "--peer-sizes", "2",
               "--peer-trials", "1", "--no-peer-cadence",
-              # Two clusters with a real node: minutes, over this test's budget.
-              "--no-install"]
+              # Two clusters with a real node: minutes, over this test's budget; and four
+              # bring-ups, each on a control plane of its own (two, in the test below).
+              "--no-install", "--no-bring-up"]
     if "--no-control-plane" not in real:
         # A cold build of the control plane takes about ten minutes: it is made (or
         # waited for, under build.sh's lock) here, with no timeout, so that the
@@ -69,3 +72,21 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
         assert peer["rollout_ratio"] > 0 and peer["requests_ratio"] > 0
         cluster = document["real_api_server"]
         assert cluster["bump_vs_deployments_ratio"] > 0 and cluster["converged_requests"] > 0
+
+
+@pytest.mark.controlplane
+def test_the_bring_up_benchmark_runs_at_a_tiny_size():
+    """``bench_bringup.py``, which ``run.py`` above leaves out: one service, one order
+    (five writers, then one), each on a control plane of its own."""
+    if os.environ.get("OMEGITOPS_CONTROLPLANE") == "skip":
+        pytest.skip("OMEGITOPS_CONTROLPLANE=skip")
+    subprocess.run(["bash", str(BUILD)], check=True, capture_output=True)
+    done = run_bounded([sys.executable, str(HERE / "bench_bringup.py"), "--services", "1",
+                        "--one-order"], seconds=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(done.stdout)
+    (order,) = document["runs"].values()
+    assert [run["workers"] for run in order] == [5, 1]
+    assert all(run["requests"] > 0 and run["seconds"] > 0 for run in order)
+    assert document["workers_vs_one_ratio"] > 0
+
