@@ -137,7 +137,8 @@ def _unpack_error(value: Any) -> ManifestError:
 # Resolved can serve every component; a value's type is in the key, since 1, 1.0 and
 # True are equal keys but not the same setting.
 _RESOLVED: dict[tuple, Resolved] = {}
-_RESOLVED_KEPT = 4096
+# How many distinct values each of the two keeps (a bound, never reached by a fleet).
+_KEPT = 4096
 _PLAIN = frozenset((str, int, float, bool, type(None)))
 
 
@@ -155,7 +156,7 @@ def _unpack_resolved(value: Any) -> Resolved:
     for part in _typed(path, tuple):
         _typed(part, str, int)
     resolved = Resolved(found, _typed(source, str), path)
-    if key is not None and len(_RESOLVED) < _RESOLVED_KEPT:
+    if key is not None and len(_RESOLVED) < _KEPT:
         _RESOLVED[key] = resolved
     return resolved
 
@@ -192,7 +193,7 @@ def _unpack_settings(value: Any) -> ComponentSettings:
         if known is not None:
             return known
     settings = _checked_settings(value)
-    if key is not None and len(_SETTINGS) < _RESOLVED_KEPT:
+    if key is not None and len(_SETTINGS) < _KEPT:
         _SETTINGS[key] = settings
     return settings
 

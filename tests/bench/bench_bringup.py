@@ -31,13 +31,12 @@ from pathlib import Path
 import benchlib
 import genfleet
 from bench_cluster import counted, omegitops
-from bench_watch import prepare_fleet_cluster
+from bench_watch import fleet_control_plane, prepare_fleet_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "controlplane"))
 
-from conftest import JOB_NAMESPACE, build_control_plane
-from controlplane import ControlPlane
+from conftest import JOB_NAMESPACE
 
 from omegitops.cluster.kube.cluster import APPLY_WORKERS_ENV
 
@@ -47,8 +46,7 @@ ORDERS = ("many-then-one", "one-then-many")
 def bring_up(workdir: Path, root: Path, counts: dict, workers: int) -> dict:
     """One bring-up on a control plane of its own, the job applying ``workers`` plans at
     a time."""
-    with ControlPlane(build_control_plane(), workdir, node_lease_seconds=40,
-                      node_monitor_grace="50s", controller_credentials=True) as cp:
+    with fleet_control_plane(workdir) as cp:
         kubeconfig = prepare_fleet_cluster(cp, counts["pods"], counts["namespaces"])
         env = {**cp.env(kubeconfig), "OMEGITOPS_NAMESPACE": JOB_NAMESPACE,
                APPLY_WORKERS_ENV: str(workers)}

@@ -66,12 +66,12 @@ import benchlib
 import genfleet
 import yaml
 from bench_peer import CONTROLLERS, requests_by, stamp
-from bench_watch import prepare_fleet_cluster
+from bench_watch import fleet_control_plane, prepare_fleet_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "controlplane"))
 
-from conftest import JOB_NAMESPACE, JOB_USER, build_control_plane
+from conftest import JOB_NAMESPACE, JOB_USER
 from controlplane import ControlPlane
 from kubernetes import client as k8s
 
@@ -377,8 +377,7 @@ def bench(workdir: Path, services: int, no_min_ready: bool, fleets: Path,
     mirrored = sum(item.lifecycle.replicas for item in engines)
     # The sim: fleet keeps its minReadySeconds: --no-min-ready has no twin there.
     sim = None if no_min_ready else sim_pass(fleets, services)
-    with ControlPlane(build_control_plane(), workdir / "controlplane", node_lease_seconds=40,
-                      node_monitor_grace="50s", controller_credentials=True) as cp:
+    with fleet_control_plane(workdir / "controlplane") as cp:
         kubeconfig = prepare_fleet_cluster(cp, counts["pods"] + 2 * mirrored,
                                            counts["namespaces"], PEER)
         env = {**cp.env(kubeconfig), "OMEGITOPS_NAMESPACE": JOB_NAMESPACE}

@@ -51,12 +51,12 @@ from pathlib import Path
 import benchlib
 import genfleet
 from bench_rollout import SURGE, write_repo
-from bench_watch import _run, prepare_fleet_cluster, stage_seconds
+from bench_watch import _run, fleet_control_plane, prepare_fleet_cluster, stage_seconds
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "controlplane"))
 
-from conftest import JOB_NAMESPACE, JOB_USER, build_control_plane
+from conftest import JOB_NAMESPACE, JOB_USER
 from controlplane import ControlPlane
 from kubernetes import client as k8s
 
@@ -255,8 +255,7 @@ def bench(workdir: Path, services: int, instances: int, min_ready: int, trials: 
     counts = genfleet.write_fleet(root, services) if services else {"pods": 0, "namespaces": 0}
     write_repo(root / "rollout", instances, min_ready, "sglang:v1")
     template = rendered_template(root / "rollout")
-    with ControlPlane(build_control_plane(), workdir / "controlplane", node_lease_seconds=40,
-                      node_monitor_grace="50s", controller_credentials=True) as cp:
+    with fleet_control_plane(workdir / "controlplane") as cp:
         kubeconfig = prepare_fleet_cluster(cp, counts["pods"] + instances * 4,
                                            counts["namespaces"], "bench", "peer")
         apps = k8s.AppsV1Api(cp.admin)

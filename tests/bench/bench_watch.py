@@ -77,6 +77,15 @@ def stage_seconds(name: str) -> float:
     raise KeyError(name)
 
 
+def fleet_control_plane(workdir: Path) -> ControlPlane:
+    """The control plane a fleet is measured on beside the cluster's own controllers:
+    node leases and the node monitor's grace as a real cluster keeps them, and each
+    controller under its own ServiceAccount (whose requests the audit log then tells
+    apart). Not started: use it as a context manager."""
+    return ControlPlane(build_control_plane(), workdir, node_lease_seconds=40,
+                        node_monitor_grace="50s", controller_credentials=True)
+
+
 def prepare_fleet_cluster(cp: ControlPlane, pods: int, namespaces: int,
                           *others: str) -> Path:
     """KWOK nodes with room for ``pods`` GPU pods and a surge, the InferenceReplica CRD,
