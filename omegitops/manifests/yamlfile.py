@@ -285,9 +285,9 @@ class _Loader(_Parser):
 
     def _reset(self) -> None:
         """The constructor's state as ``construct_document`` leaves it."""
-        self.state_generators = []
-        self.constructed_objects = {}
-        self.recursive_objects = {}
+        self.state_generators.clear()
+        self.constructed_objects.clear()
+        self.recursive_objects.clear()
         self.deep_construct = False
 
 
