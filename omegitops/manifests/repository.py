@@ -476,7 +476,7 @@ def _classify(repo: Repository, rel: str, doc: Document, normalized: bool = Fals
             _clip(f"{kind} {name}: key {bad_key.value!r} is read as {_a(yaml_type(bad_key))}, not a "
                   f"string; quote it", MAX_SHOWN["message"])))
         return
-    problems = [] if normalized else normalize_json(data)
+    problems = [] if normalized or doc.json_only else normalize_json(data)
     if problems:
         # PyYAML builds a date or bytes from an unquoted 2024-01-01 or a !!binary, but
         # no Kubernetes object can hold one: the API only speaks JSON.

@@ -130,6 +130,9 @@ class Document:
     # way to compose the tree again, should an error need a field's line.
     first_line: int | None = None
     compose: Callable[[], yaml.Node | None] | None = field(default=None, repr=False)
+    # Built of JSON's own types only (no float, date, bytes, set or pairs, which
+    # ``construct_tree`` sees made): nothing for ``normalize_json`` to do.
+    json_only: bool = False
 
     def __post_init__(self) -> None:
         if self.first_line is not None:
@@ -196,11 +199,15 @@ def list_items(doc: Document) -> list[Document] | None:
         key = doc.non_string_key
         inside = key is not None and node is not None and (
             node.start_mark.index <= key.start_mark.index < node.end_mark.index)
-        items.append(Document(doc.index, item, node, key if inside else None))
+        items.append(Document(doc.index, item, node, key if inside else None,
+                              json_only=doc.json_only))
     return items
 
 
 class _Loader(_Parser):
+    # Whether the last tree ``construct_tree`` built holds JSON's own types only.
+    json_only = False
+
     """The safe loader, reading as kubectl (go-yaml) reads: no base-60 numbers, and
     merge keys resolved as go-yaml resolves them, whatever PyYAML's own version does
     (6.0.4 lets the later mapping of ``<<: [*a, *b]`` win; go-yaml, and YAML's merge
@@ -240,12 +247,14 @@ class _Loader(_Parser):
         Scalars of the safe tags go through the safe constructor's own methods, and
         anything else (a timestamp, a set, an unknown tag) through PyYAML itself.
         _Unreadable for a value no constructor can read."""
+        self.json_only = True
         try:
             return self._plain(root)
         except TypeError:
             # An unhashable key (a set or a mapping as a key): PyYAML's own
             # construction refuses it with its mark.
             self._reset()
+            self.json_only = False
             return self.construct_document(root)
         finally:
             self._reset()
@@ -264,6 +273,9 @@ class _Loader(_Parser):
         elif kind is yaml.SequenceNode and tag == SEQ_TAG:
             plain = self._plain
             return [plain(item) for item in node.value]
+        # Anything but a str, null, map or seq: a bool or an int is JSON's too, a float
+        # may need making an integer, and the rest is not JSON at all.
+        self.json_only = self.json_only and tag in (BOOL_TAG, INT_TAG)
         try:
             reader = self._scalar_readers.get(tag) if kind is yaml.ScalarNode else None
             return reader(self, node) if reader else self.construct_object(node, deep=True)
@@ -361,7 +373,8 @@ def load_documents(text: str, repository: AliasBudget | None = None) -> Iterator
             if data is not None:
                 first = min(odd_keys, key=lambda k: (k.start_mark.line, k.start_mark.column),
                             default=None)
-                yield Document(index=index, data=data, node=node, non_string_key=first)
+                yield Document(index=index, data=data, node=node, non_string_key=first,
+                               json_only=not aliases and loader.json_only)
             index += 1
     finally:
         loader.dispose()

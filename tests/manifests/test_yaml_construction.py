@@ -143,3 +143,42 @@ def test_the_other_files_are_still_read(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "bad.yaml:6: metadata.labels.a: 'maybe' is not a valid !!bool" in out, out
     assert "good" in out
+
+
+@pytest.mark.parametrize(("text", "json_only"), [
+    ("a: 1\nb: [x, true, null, {c: -3}]\n", True),
+    ("a: !!int '7'\nb: !!str 1.5\n", True),
+    ("a: 1.0\n", False),
+    ("a: [x, 2024-01-01]\n", False),
+    ("a: !!binary aGVsbG8=\n", False),
+    ("a: !!set {x}\n", False),
+    ("a: &x [1]\nb: *x\n", False),  # built by PyYAML's construction: not looked at
+])
+def test_a_document_of_json_types_only_is_known_as_such(text, json_only):
+    (doc,) = load_documents(text)
+    assert doc.json_only is json_only
+
+
+def test_what_is_not_json_is_still_made_json_or_refused(tmp_path):
+    from omegitops.manifests.repository import read_repository
+
+    write_repo(tmp_path, {"a.yaml": """
+        apiVersion: ome.io/v1beta1
+        kind: ClusterServingRuntime
+        metadata:
+          name: a
+        spec:
+          priority: 2.0
+        """, "b.yaml": """
+        apiVersion: ome.io/v1beta1
+        kind: ClusterServingRuntime
+        metadata:
+          name: b
+          labels:
+            since: 2024-01-01
+        """})
+    repo = read_repository(tmp_path)
+    (manifest,) = repo.manifests
+    assert manifest.data["spec"]["priority"] == 2 and type(manifest.data["spec"]["priority"]) is int
+    (error,) = repo.errors
+    assert error.path == "b.yaml" and error.line == 6 and "read as a date" in error.message, error
