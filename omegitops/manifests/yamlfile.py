@@ -205,13 +205,13 @@ def list_items(doc: Document) -> list[Document] | None:
 
 
 class _Loader(_Parser):
-    # Whether the last tree ``construct_tree`` built holds JSON's own types only.
-    json_only = False
-
     """The safe loader, reading as kubectl (go-yaml) reads: no base-60 numbers, and
     merge keys resolved as go-yaml resolves them, whatever PyYAML's own version does
     (6.0.4 lets the later mapping of ``<<: [*a, *b]`` win; go-yaml, and YAML's merge
     key spec, the earlier)."""
+
+    # Whether the last tree ``construct_tree`` built holds JSON's own types only.
+    json_only = False
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         """Replace the ``<<`` keys of ``node`` by the pairs they merge, put first so

@@ -182,3 +182,17 @@ def test_what_is_not_json_is_still_made_json_or_refused(tmp_path):
     assert manifest.data["spec"]["priority"] == 2 and type(manifest.data["spec"]["priority"]) is int
     (error,) = repo.errors
     assert error.path == "b.yaml" and error.line == 6 and "read as a date" in error.message, error
+
+
+def test_an_unhashable_key_is_refused_by_pyyaml_with_its_mark():
+    # load_documents refuses a mapping or list as a key before building; the walk on
+    # its own hands such a tree to PyYAML, which refuses it where the key is.
+    loader = _Loader("a: 1\n? [x]\n: 2\n")
+    try:
+        node = loader.get_single_node()
+        with pytest.raises(yaml.constructor.ConstructorError) as err:
+            loader.construct_tree(node)
+    finally:
+        loader.dispose()
+    assert "found unhashable key" in str(err.value)
+    assert err.value.problem_mark.line == 1
