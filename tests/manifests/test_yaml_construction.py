@@ -79,6 +79,8 @@ def test_every_manifest_here_is_built_as_pyyaml_builds_it():
     "a: !!set {x, y}\nb: !!omap [{k: 1}, {j: 2}]\nc: !!pairs [{k: 1}, {k: 2}]\n",
     "a: [1, [2, [3, {b: [4]}]]]\nb: {}\nc: []\nd: ''\ne: \"quoted: yes\"\n",
     "= : value key\nother: 1\n",
+    "a: 1\n<<: {b: 2, a: 3}\n",
+    "<<: [{x: 1}, {x: 2, y: 3}]\nz: {<<: {q: 1}, r: 2}\n",
     "- a\n- 1\n- {b: c}\n",
     "just text\n",
     "a: 1:30\nb: 1:30.5\nc: 190:20:30\n",
@@ -196,3 +198,10 @@ def test_an_unhashable_key_is_refused_by_pyyaml_with_its_mark():
         loader.dispose()
     assert "found unhashable key" in str(err.value)
     assert err.value.problem_mark.line == 1
+
+
+def test_merge_keys_without_aliases_merge_as_kubectl_merges_them():
+    (doc,) = load_documents("<<: [{x: 1}, {x: 2, y: 3}]\nx: 0\nz: {<<: {q: 1}, q: 2}\n")
+    assert doc.data == {"x": 0, "y": 3, "z": {"q": 2}}
+    (doc,) = load_documents("<<: [{x: 1}, {x: 2, y: 3}]\n")
+    assert doc.data == {"x": 1, "y": 3}  # the first listed wins, as in go-yaml
