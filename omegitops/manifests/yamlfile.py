@@ -359,8 +359,10 @@ def load_documents(text: str, repository: AliasBudget | None = None) -> Iterator
                     repository.spend(aliases, alias_nodes, line)
             try:
                 # Aliases share what they point at: PyYAML's construction keeps that.
-                data = loader.construct_document(node) if aliases \
-                    else loader.construct_tree(node)
+                if aliases:
+                    data, json_only = loader.construct_document(node), False
+                else:
+                    data, json_only = loader.construct_tree(node), loader.json_only
             except yaml.MarkedYAMLError as err:
                 raise _marked(err, text) from None
             except _Unreadable as err:
@@ -374,7 +376,7 @@ def load_documents(text: str, repository: AliasBudget | None = None) -> Iterator
                 first = min(odd_keys, key=lambda k: (k.start_mark.line, k.start_mark.column),
                             default=None)
                 yield Document(index=index, data=data, node=node, non_string_key=first,
-                               json_only=not aliases and loader.json_only)
+                               json_only=json_only)
             index += 1
     finally:
         loader.dispose()

@@ -108,10 +108,12 @@ def finished(cp, name: str, seconds: float) -> dict:
 
 def others(cp, name: str) -> str:
     """The namespace's other Workflows and their phases: which one holds the mutex."""
-    lines = [f"\n{w['metadata']['name']}: {(w.get('status') or {}).get('phase')}"
-             f" {(w.get('status') or {}).get('message', '')}"
-             for w in cp.list("argoproj.io/v1alpha1", "Workflow", JOB_NAMESPACE)
-             if w["metadata"]["name"] != name]
+    lines = []
+    for workflow in cp.list("argoproj.io/v1alpha1", "Workflow", JOB_NAMESPACE):
+        status = workflow.get("status") or {}
+        if workflow["metadata"]["name"] != name:
+            lines.append(f"\n{workflow['metadata']['name']}: {status.get('phase')} "
+                         f"{status.get('message', '')}")
     return "".join(lines) or "\n(no other workflow)"
 
 
