@@ -116,6 +116,63 @@ def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path)
         cp.delete("v1", "Pod", namespace, "validate-examples", grace_period_seconds=0)
 
 
+# Run in the image: every module of omegitops and of what it imports from site-packages
+# has its bytecode beside it. The image sets PYTHONDONTWRITEBYTECODE, so a module without
+# it is compiled again at the start of every run; pip compiles what it installs, unless
+# told --no-compile.
+BYTECODE_CHECK = """
+import importlib, importlib.util, pathlib, sys, sysconfig
+import omegitops
+root = pathlib.Path(omegitops.__file__).parent
+for path in sorted(root.rglob("*.py")):
+    parts = ("omegitops", *path.relative_to(root).with_suffix("").parts)
+    if parts[-1] != "__main__":
+        importlib.import_module(".".join(parts).removesuffix(".__init__"))
+installed = (str(root), sysconfig.get_path("purelib"), sysconfig.get_path("platlib"))
+sources = sorted({m.__file__ for m in list(sys.modules.values())
+                  if (getattr(m, "__file__", None) or "").endswith(".py")
+                  and m.__file__.startswith(installed)})
+missing = [s for s in sources if not pathlib.Path(importlib.util.cache_from_source(s)).is_file()]
+print(f"bytecode for {len(sources) - len(missing)} of {len(sources)} installed modules")
+print("\\n".join(missing))
+sys.exit(1 if missing or len(sources) < 100 else 0)
+"""
+
+
+def test_the_image_holds_its_modules_as_bytecode(node_cluster):
+    """Each shipped run is a fresh process: the modules it imports are read as
+    bytecode, as pip compiled them when the image was built, not compiled from source
+    at every start (a fifth of a second of CPU for omegitops' own)."""
+    cp = node_cluster
+    cronjob = yaml.safe_load((PIPELINES / "cronjob" / "cronjob.yaml").read_text())
+    template = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    shipped = template["containers"][0]
+    namespace, name = "default", "bytecode"
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never", "nodeSelector": ON_THE_NODE,
+            "securityContext": template["securityContext"],
+            "automountServiceAccountToken": False,
+            "containers": [{
+                "name": "omegitops", "image": shipped["image"],
+                "imagePullPolicy": shipped["imagePullPolicy"],
+                "command": ["python3", "-c", BYTECODE_CHECK],
+                "securityContext": shipped["securityContext"],
+            }],
+        },
+    }
+    k8s.CoreV1Api(cp.admin).create_namespaced_pod(namespace, pod)
+    try:
+        phase = wait_for_pod(cp, namespace, name, 120)
+        story = pod_story(cp, namespace, name)
+        assert phase == "Succeeded", story
+        assert "installed modules" in story, story
+    finally:
+        cp.delete("v1", "Pod", namespace, name, grace_period_seconds=0)
+
+
 # -- the CronJob --------------------------------------------------------------------------
 
 
