@@ -69,6 +69,12 @@ EDITS = {
                            "'sim.pods.ghost' is the record of no Pod"),
     "a true that stands for a number": (lambda d: d["settings"].update(pullSeconds=True),
                                         "'settings.pullSeconds' is true, not int or float"),
+    # It used to end in a TypeError from isinstance: its type was written (bool, None).
+    "a scheduler flag that is null": (lambda d: d["sim"].update(schedulerDirty=None),
+                                      "'sim.schedulerDirty' is null, not bool"),
+    "a restart count that is a float": (
+        lambda d: pod_record(d)["containers"][0].update(restarts=1.0),
+        ".containers[0].restarts' is 1.0, not int"),
 }
 
 

@@ -79,7 +79,8 @@ def test_a_failed_save_leaves_no_partial_or_temporary_file(tmp_path):
 
 
 @pytest.mark.parametrize(("content", "reason"), [
-    (b"{not json", "invalid JSON"),
+    (b"{not json", "invalid JSON: Expecting property name enclosed in double quotes"),
+    (b'{"a": "\xff"}', "invalid JSON: 'utf-8' codec can't decode byte 0xff"),
     (b"[1, 2]", "top level is not an object"),
     (b'{"version": 7}', "unsupported version 7"),
 ])
@@ -107,6 +108,33 @@ def test_state_survives_save_and_load_and_time_goes_on_identically(tmp_path):
         sim.advance(30)
         assert sim.get_object("Pod", NS, "a") == reloaded
     assert reloaded["status"]["phase"] == "Running"
+
+
+def test_a_state_holding_an_integer_past_64_bits_keeps_it_across_saves(tmp_path):
+    """orjson writes and reads the state, but takes no integer past 64 bits (and would
+    read one as a float): such a state is written by the standard library, marked, and
+    read back by it, the integer whole."""
+    path = tmp_path / "cluster.json"
+    big = 2**70
+    with SimCluster(path) as sim:
+        pod = make_pod("a")
+        pod["spec"]["terminationGracePeriodSeconds"] = big
+        sim.create_pod(pod)
+    for _ in range(2):  # read and saved again: still the standard library's, still whole
+        assert path.read_bytes().startswith(b' {"')
+        with SimCluster(path) as sim:
+            assert sim.get_object("Pod", NS, "a")["spec"]["terminationGracePeriodSeconds"] == big
+
+
+def test_a_state_edited_by_hand_with_what_orjson_refuses_still_opens(tmp_path):
+    path = tmp_path / "cluster.json"
+    with SimCluster(path) as sim:
+        sim.create_pod(make_pod("a"))
+    data = json.loads(path.read_text())
+    data["settings"]["pullSeconds"] = float("nan")  # written NaN, which orjson refuses
+    path.write_text(json.dumps(data))
+    with SimCluster(path) as sim:
+        assert sim.get_object("Pod", NS, "a")["metadata"]["name"] == "a"
 
 
 def test_init_configures_nodes_gpus_and_podgroups(tmp_path):

@@ -104,7 +104,7 @@ def check_shape(state: object) -> None:
             raise StateError(f"'sim.{key}' is missing or not an object")
     _check_fields("counters", state["counters"], _COUNTERS)
     _check_fields("settings", state["settings"], _SETTINGS)
-    _check_fields("sim", sim, {"schedulerDirty": (bool, None)}, required=False)
+    _check_fields("sim", sim, _SIM, required=False)
     _check_pods(state["objects"].get("Pod", {}), sim["pods"])
     for name, nrec in sim["nodes"].items():
         _check_fields(f"sim.nodes.{name}", nrec, _NODE_RECORD, required=False)
@@ -118,37 +118,58 @@ def check_shape(state: object) -> None:
 # hand-edited file is refused here, in one line, not deep in a pass with a traceback).
 _NUMBER = (int, float)
 _TIME = (int, float, type(None))
-_METADATA = {"namespace": str, "labels": dict, "annotations": dict, "uid": str}
-_COUNTERS = {"uid": int, "ip": int, "event": int}
-_SETTINGS = {"pullSeconds": _NUMBER}
-_NODE_RECORD = {"images": dict, "downSince": _TIME, "next": _TIME, "lost": bool,
-                "noExecuteSince": dict, "removed": _TIME, "draining": _TIME, "drained": _TIME}
-_FAULTS = {"pods": dict, "images": list, "cordoned": list}
-_POD_RECORD = {"node": (str, type(None)), "tried": bool, "message": str,
-               "ip": (str, type(None)), "startTime": _TIME, "init": int, "inits": list,
-               "containers": list, "terminating": _TIME, "deadline": _TIME,
-               "evicted": (dict, type(None)), "next": _TIME, "requests": dict}
-_CONTAINER_RECORD = {"name": str, "image": str, "phase": str, "since": _TIME,
-                     "until": _TIME, "startupAt": _TIME, "readyAt": _TIME, "stopAt": _TIME,
-                     "restarts": int, "backoff": _NUMBER, "pullBackoff": _NUMBER,
-                     "everStarted": bool, "stopping": bool}
 
 
-def _check_fields(where: str, record: object, fields: dict, required: bool = True) -> None:
+class _Fields(dict):
+    """Field name -> (the exact classes a value may have, their names for an error).
+
+    Compared by exact class, as a JSON decoder builds them: one set lookup per field
+    where ``isinstance`` took two calls (a bool is an int to Python, not here), over the
+    tens of thousands of records of a large fleet's file."""
+
+    def __init__(self, fields: dict) -> None:
+        super().__init__()
+        for key, kinds in fields.items():
+            kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+            self[key] = (frozenset(kinds),
+                         " or ".join("null" if k is type(None) else k.__name__ for k in kinds))
+
+
+_METADATA = _Fields({"namespace": str, "labels": dict, "annotations": dict, "uid": str})
+_COUNTERS = _Fields({"uid": int, "ip": int, "event": int})
+_SETTINGS = _Fields({"pullSeconds": _NUMBER})
+_SIM = _Fields({"schedulerDirty": bool})
+_NODE_RECORD = _Fields({"images": dict, "downSince": _TIME, "next": _TIME, "lost": bool,
+                        "noExecuteSince": dict, "removed": _TIME, "draining": _TIME,
+                        "drained": _TIME})
+_FAULTS = _Fields({"pods": dict, "images": list, "cordoned": list})
+_POD_RECORD = _Fields({"node": (str, type(None)), "tried": bool, "message": str,
+                       "ip": (str, type(None)), "startTime": _TIME, "init": int,
+                       "inits": list, "containers": list, "terminating": _TIME,
+                       "deadline": _TIME, "evicted": (dict, type(None)), "next": _TIME,
+                       "requests": dict})
+_CONTAINER_RECORD = _Fields({"name": str, "image": str, "phase": str, "since": _TIME,
+                             "until": _TIME, "startupAt": _TIME, "readyAt": _TIME,
+                             "stopAt": _TIME, "restarts": int, "backoff": _NUMBER,
+                             "pullBackoff": _NUMBER, "everStarted": bool,
+                             "stopping": bool})
+_ABSENT = object()
+
+
+def _check_fields(where: str, record: object, fields: _Fields, required: bool = True) -> None:
     """Each field of ``fields`` present (when ``required``) and of its type; a bool is
     no number here, as it is for Python."""
-    if not isinstance(record, dict):
+    if record.__class__ is not dict:
         raise StateError(f"{where!r} is not an object")
-    for key, kinds in fields.items():
-        if key not in record:
+    for key, (kinds, names) in fields.items():
+        value = record.get(key, _ABSENT)  # type: ignore[attr-defined]
+        if value.__class__ in kinds:
+            continue
+        if value is _ABSENT:
             if required:
                 raise StateError(f"'{where}.{key}' is missing")
             continue
-        value = record[key]
-        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
-            raise StateError(f"'{where}.{key}' is {json.dumps(value)[:40]}, not {names}")
+        raise StateError(f"'{where}.{key}' is {json.dumps(value)[:40]}, not {names}")
 
 
 def _check_pods(pods: dict, records: dict) -> None:
@@ -190,7 +211,7 @@ def load_state(path: Path) -> dict | None:
         raise ClusterError(f"{path}: cannot read the simulated cluster ({err.message}); "
                            "refusing to use or overwrite it") from err
     try:
-        state = json.loads(raw)
+        state = _decoded(raw)
         check_shape(state)
     except (ValueError, UnicodeDecodeError) as err:
         reason = err.args[0] if isinstance(err, StateError) else f"invalid JSON: {err}"
@@ -215,15 +236,35 @@ def save_state(path: Path, state: dict) -> None:
                            f"{path} keeps its state from before") from err
 
 
+# What a state the standard library wrote begins with (JSON allows white space first):
+# it holds what orjson does not take, so it is read by the standard library again.
+_STANDARD = b" "
+
+
+def _decoded(raw: bytes) -> object:
+    """The state read: by orjson (the same objects in half the time of the standard
+    library's on the tens of megabytes of a large fleet, the collector paused for both,
+    and each repeated key one string), unless the standard library wrote it
+    (``_STANDARD``: orjson would read an integer past 64 bits as a float) or orjson
+    refuses it (NaN, a file edited by hand, one that is not JSON, whose error the
+    standard library words)."""
+    if raw[:1] != _STANDARD:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
 def _encoded(state: dict) -> bytes:
     """The state as compact JSON: by orjson when it takes it (the same bytes, six times
     faster on the tens of megabytes of a large fleet: the simulator's own cost, which a
     real cluster does not have), else by the standard library (an integer past 64
-    bits). Reading stays with the standard library, which builds the objects as fast."""
+    bits), marked to be read by it (``_STANDARD``)."""
     try:
         return orjson.dumps(state)
     except TypeError:
-        return json.dumps(state, separators=(",", ":")).encode()
+        return _STANDARD + json.dumps(state, separators=(",", ":")).encode()
 
 
 def check_writable(path: Path) -> None:
