@@ -32,7 +32,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
@@ -241,12 +241,13 @@ def save_state(path: Path, state: dict) -> None:
 _STANDARD = b" "
 
 
-def _decoded(raw: bytes) -> object:
+def _decoded(raw: bytes) -> Any:
     """The state read: by orjson (the same objects in half the time of the standard
     library's on the tens of megabytes of a large fleet, the collector paused for both,
     and each repeated key one string), unless the standard library wrote it
-    (``_STANDARD``: orjson would read an integer past 64 bits as a float) or orjson
-    refuses it (NaN, a file edited by hand, one that is not JSON, whose error the
+    (``_STANDARD``: orjson would read an integer past 64 bits as a float; a file edited
+    by hand to hold one is read as orjson reads it, and a counter then refused as no
+    integer) or orjson refuses it (NaN; a file that is not JSON, whose error the
     standard library words)."""
     if raw[:1] != _STANDARD:
         try:
