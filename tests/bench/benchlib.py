@@ -28,6 +28,7 @@ for extra in (HERE, REPO_ROOT / "tests" / "wire"):  # genfleet; the API double
 
 import genfleet
 
+import omegitops
 from omegitops.app.passes import MANAGED, run_pass
 from omegitops.cli import main as cli_main
 from omegitops.cluster.base import INFERENCE_REPLICA
@@ -70,7 +71,7 @@ def compiled_as_installed() -> None:
     does) otherwise compiles every module it imports, each time: about 0.2 s of CPU at
     start that no shipped pod pays. Its standard library and dependencies were compiled
     when they were installed. Modules already compiled are left as they are."""
-    package = REPO_ROOT / "omegitops"
+    package = Path(omegitops.__file__).resolve().parent  # the one this process imports
     if not compileall.compile_dir(str(package), quiet=1):
         raise RuntimeError(f"{package}: a module does not compile")
 
