@@ -133,10 +133,19 @@ class Fault:
     landed: bool = False  # with drop: carried out first, only the answer is lost
     retry_after: int | None = None  # with a status: the Retry-After header sent with it
     message: str = ""  # with a status: the Status message (default: one per status)
+    # Answered as it is, with ``status`` (default 200): what a proxy in front may send.
+    body: bytes | None = None
 
     def matches(self, method: str, path: str, query: str = "") -> bool:
         return self.times > 0 and self.method in ("*", method) and bool(
             self.path.search(path)) and (self.query is None or bool(self.query.search(query)))
+
+
+@dataclass
+class Raw:
+    """An answer's body as it is, not JSON (``Fault.body``)."""
+
+    data: bytes
 
 
 @dataclass
@@ -208,13 +217,14 @@ class ApiServerDouble:
     def fail(self, method: str, path: str, *, times: int = 1, status: int | None = None,
              reason: str = "", delay: float = 0.0, drop: bool = False,
              query: str | None = None, landed: bool = False,
-             retry_after: int | None = None, message: str = "") -> Fault:
+             retry_after: int | None = None, message: str = "",
+             body: bytes | None = None) -> Fault:
         """Inject a fault on the next ``times`` matching requests (see ``Fault``)."""
-        if status is None and not delay and not drop:
+        if status is None and not delay and not drop and body is None:
             status = 500
         fault = Fault(method.upper(), re.compile(path), times, status, reason, delay, drop,
                       re.compile(query) if query is not None else None, landed, retry_after,
-                      message)
+                      message, body)
         with self.lock:
             self.faults.append(fault)
         return fault
@@ -281,6 +291,8 @@ class ApiServerDouble:
         if fault is not None:
             if fault.drop and not fault.landed:
                 return DROP
+            if fault.body is not None:
+                return fault.status or 200, Raw(fault.body)
             if fault.status is not None:
                 headers = {} if fault.retry_after is None else {
                     "Retry-After": str(fault.retry_after)}
@@ -564,11 +576,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # hang up without a word
             return
         status, payload, *more = answer
-        data = json.dumps(payload).encode()
+        raw = isinstance(payload, Raw)
+        data = payload.data if raw else json.dumps(payload).encode()
         self.send_response(status)
         for name, value in (more[0] if more else {}).items():
             self.send_header(name, value)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/html" if raw else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

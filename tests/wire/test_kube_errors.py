@@ -7,6 +7,7 @@ from wire_helpers import NS, make_pod
 
 from omegitops.cluster.errors import Conflict, Forbidden, Invalid, NotFound, Transient
 from omegitops.cluster.kube import KubeCluster, RetryPolicy, plain_client
+from omegitops.util.errors import ClusterError
 
 PODS = r"^/api/v1/pods$"
 
@@ -140,3 +141,19 @@ def test_a_quota_refusal_is_the_api_servers_words_not_missing_rbac(kube, api, sl
         kube.create_pod(make_pod("a"))
     assert "exceeded quota" in str(caught.value) and "not granted" not in str(caught.value)
     assert sleeps == []
+
+
+def test_an_answer_that_is_not_json_is_a_cluster_error_naming_it_not_a_traceback(
+        kube, api, sleeps):
+    """A proxy in front of the API server may answer 200 with a page of its own (a
+    sign-in form): one error naming the request and the answer's start, not retried."""
+    api.fail("GET", PODS, body=b"<html><body>Sign in to continue</body></html>")
+    with pytest.raises(ClusterError) as err:
+        kube.list_pods()
+    assert not isinstance(err.value, Transient)
+    message = str(err.value)
+    assert "GET /api/v1/pods: the HTTP 200 answer is not JSON (" in message
+    assert "'<html><body>Sign in to continue</body></html>'" in message
+    assert len(message.splitlines()) == 1
+    assert len(api.calls("list")) == 1 and sleeps == []
+    assert kube.list_pods() == []  # the next answer is the API server's own

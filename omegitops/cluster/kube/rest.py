@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -73,6 +74,16 @@ class HttpError(Exception):
         # watch cache is still starting.
         self.retry_after = retry_after
         super().__init__(f"{method} {path}: HTTP {status} {self.reason}: {self.message}".rstrip())
+
+
+class NotJson(ValueError):
+    """A 2xx answer that is not JSON: what a proxy in front of the API server may send
+    (a sign-in page), never the API server itself."""
+
+    def __init__(self, method: str, path: str, status: int, body: bytes, why: str) -> None:
+        shown = body[:80].decode("utf-8", "replace")
+        super().__init__(f"{method} {path}: the HTTP {status} answer is not JSON ({why}): "
+                         f"{shown!r}")
 
 
 @dataclass
@@ -127,6 +138,8 @@ class Rest:
         for attempt in range(1, self.retry.attempts + 1):
             try:
                 return self._send(method, path, query, body, content_type, counted_as)
+            except NotJson as err:
+                raise ClusterError(f"{what}: {err}") from err
             except HttpError as err:
                 if err.status == 401 and attempt < self.retry.attempts and \
                         self._token_renewed():
@@ -184,7 +197,13 @@ class Rest:
         if not 200 <= response.status <= 299:
             raise HttpError(method, path, response.status, data,
                             _retry_after(response.getheader("Retry-After")))
-        return json.loads(data) if data else {}
+        # orjson: a LIST page of pods decoded in about 0.6 of the standard library's time
+        # (the collector paused for both, as a pass pauses it), each repeated key one
+        # string.
+        try:
+            return orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError as err:
+            raise NotJson(method, path, response.status, data, str(err)) from err
 
     def _call(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
               content_type: str, timeout: tuple[float, float]):
