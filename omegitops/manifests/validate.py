@@ -41,6 +41,7 @@ from omegitops.render.resolve import (
     OMENATIVE,
     SURGE_THEN_DRAIN,
     ComponentLifecycle,
+    Resolutions,
     components_of,
     dig,
     resolve_component,
@@ -183,11 +184,13 @@ def service_errors(
     warnings: list[ManifestError] | None = None,
     resolved: dict[tuple[ResourceId, str], Resolution] | None = None,
     shapes: dict[tuple, Rendered] | None = None,
+    lifecycles: Resolutions | None = None,
 ) -> list[ManifestError]:
     """Checks that need the service's runtime and the operator settings; what a valid
     OMENative component may do but will regret goes into ``warnings``, from the same
     resolution, and each component's resolution and templates into ``resolved``.
-    ``shapes`` is ``component_errors``': the templates each shape rendered, shared."""
+    ``shapes`` is ``component_errors``': the templates each shape rendered, shared;
+    ``lifecycles`` is ``resolve_component``'s memo, the resolutions shared."""
     ref_path = ("spec", "runtime", "name")
     name = dig(service.data, ref_path)
     errors = []
@@ -216,7 +219,8 @@ def service_errors(
                 "(set spec.runtime.name)",
             ))
             return errors
-        lifecycle = resolve_component(service.data, runtime_data, component, operator)
+        lifecycle = resolve_component(service.data, runtime_data, component, operator,
+                                      lifecycles)
         rendered: dict = {}
         planned = component_errors(service, runtime, lifecycle, rendered, shapes)
         if planned:
@@ -492,6 +496,7 @@ def _service_errors(service: Manifest, runtime: Manifest | None, runtimes: dict,
                     operator: OperatorSettings, warnings: list[ManifestError],
                     resolved: dict, memo: LoadMemo | None, settings: str,
                     shapes: dict[tuple, Rendered] | None = None,
+                    lifecycles: Resolutions | None = None,
                     ) -> tuple[list[ManifestError], bool]:
     """``service_errors`` and whether the service is managed, answered by the memo when
     the service, its runtime and the operator settings are as they were when it last
@@ -503,7 +508,8 @@ def _service_errors(service: Manifest, runtime: Manifest | None, runtimes: dict,
         warnings.extend(regrets)
         resolved.update(found)
         return [], managed
-    problems = service_errors(service, runtime, runtimes, operator, warnings, resolved, shapes)
+    problems = service_errors(service, runtime, runtimes, operator, warnings, resolved, shapes,
+                              lifecycles)
     managed = not problems and _is_managed(service, runtime, operator)
     if not problems and memo is not None and key is not None:
         packed = findings.pack((warnings, resolved, managed))
@@ -577,12 +583,15 @@ def validate_repository(repo: Repository, operator: OperatorSettings,
     ambiguous: set[ResourceId] = set()
     settings = repr(operator)  # what the memo's service keys read of the settings
     shapes: dict[tuple, Rendered] = {}  # each shape's templates, rendered once a run
+    # Each lifecycle resolved once a run (keyed by its runtime's object, alive as long).
+    lifecycles: Resolutions = {}
     for service in (m for m in candidates if m.id.kind == INFERENCE_SERVICE):
         runtime = catalog.runtime_for(service)
         regrets: list[ManifestError] = []
         found: dict[tuple[ResourceId, str], Resolution] = {}
         problems, managed = _service_errors(service, runtime, all_runtimes, operator,
-                                            regrets, found, memo, settings, shapes)
+                                            regrets, found, memo, settings, shapes,
+                                            lifecycles)
         if len(copies[service.id]) > 1 and (managed or any(
                 _is_managed(copy, catalog.runtime_for(copy), operator)
                 for copy in copies[service.id][1:])):

@@ -19,6 +19,7 @@ maxSurge and maxUnavailable, the other strategies maxUnavailable alone.
 
 from __future__ import annotations
 
+import marshal
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -219,13 +220,61 @@ def _lifecycle_field(
     return Resolved(operator_value, OPERATOR) if operator_value is not None else None
 
 
+# A run's resolutions, by what each read (``_read_key``): see ``resolve_component``.
+ReadKey = tuple[int, str, bytes]
+Resolutions = dict[ReadKey, ComponentLifecycle]
+# What ``resolve_component`` reads of a service besides its component's own block: these
+# parts of its spec, and its annotations (a test holds it to that).
+READ_SPEC_PARTS = ("deploymentMode", "rollout")
+
+
 def resolve_component(
     isvc: dict[str, Any],
     runtime: dict[str, Any] | None,
     component: str,
     operator: OperatorSettings,
+    memo: Resolutions | None = None,
 ) -> ComponentLifecycle:
-    """Resolve every lifecycle field of ``component``; pure."""
+    """Resolve every lifecycle field of ``component``; pure. ``memo``, one run's (the
+    same operator settings throughout), shares one resolution among the services that
+    are equal in all it reads: services of one team, one runtime and one lifecycle
+    differ in their names and models, which no lifecycle field reads (a fleet's 17,500
+    components resolve to a few dozen lifecycles; resolving each was a tenth of a cold
+    pass). A resolution is never changed once made, so one can serve them all."""
+    key = _read_key(isvc, runtime, component) if memo is not None else None
+    if memo is not None and key is not None:
+        known = memo.get(key)
+        if known is not None:
+            return known
+    lifecycle = _resolved(isvc, runtime, component, operator)
+    if memo is not None and key is not None:
+        memo[key] = lifecycle
+    return lifecycle
+
+
+def _read_key(isvc: dict[str, Any], runtime: dict[str, Any] | None,
+              component: str) -> ReadKey | None:
+    """All ``resolve_component`` reads: the runtime (one object a run), the component,
+    and the service's parts it reads as marshal writes them (its format 2, which has no
+    references: equal values, equal bytes, their types included, so that 1, 1.0 and true
+    stay apart). None when a part is not plain data (resolved apart, then)."""
+    spec, meta = isvc.get("spec"), isvc.get("metadata")
+    if not isinstance(spec, dict) or not isinstance(meta, dict):
+        return None
+    try:
+        read = marshal.dumps((spec.get(component), *(spec.get(part) for part in READ_SPEC_PARTS),
+                              meta.get("annotations")), 2)
+    except ValueError:
+        return None
+    return (id(runtime), component, read)
+
+
+def _resolved(
+    isvc: dict[str, Any],
+    runtime: dict[str, Any] | None,
+    component: str,
+    operator: OperatorSettings,
+) -> ComponentLifecycle:
     component_spec = dig(isvc, ("spec", component)) or {}
     runtime_config = dig(runtime, ("spec", RUNTIME_CONFIG[component])) or {}
     shape, workers = shape_of(component_spec, runtime_config)
