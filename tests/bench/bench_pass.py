@@ -29,22 +29,27 @@ simulated cluster, passes, saves it and writes the checked report (its modules r
 bytecode, as pip compiled the image's), in CPU seconds
 (user and system, the child's own) beside the parse floor's CPU seconds in this
 process, ``--runs`` times alternately; and the same command as the CronJob runs it
-from its second run on (``configured_*``): the manifests cloned from a bare repository,
-the memo the run before left on the report branch read, the report and this run's memo
-committed and pushed there, git's processes counted. Prints one JSON document.
+from its second run on (``configured_*``): the manifests cloned from a bare repository
+(served by ``git daemon``, whose side of each clone and push is the Git host's), the
+memo the run before left on the report branch read, the report and this run's memo
+committed and pushed there when the report changed, git's processes counted; and the
+same without the memo's key (``configured_without_memo_*``). Prints one JSON document.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import benchlib
@@ -108,7 +113,7 @@ GIT_IDENTITY = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.c
 REPORT_BRANCH = "omegitops-status"
 
 
-def fleet_remote(root: Path) -> str:
+def fleet_remote(root: Path) -> Path:
     """The fleet's manifests as a bare repository beside the fleet (made once): the
     remote the CronJob clones and pushes its report to."""
     bare = root.parent / "remote.git"
@@ -123,19 +128,50 @@ def fleet_remote(root: Path) -> str:
                                capture_output=True)
             subprocess.run(["git", "clone", "-q", "--bare", str(tree), str(bare)], env=env,
                            check=True, capture_output=True)
-    return bare.resolve().as_uri()
+    return bare
 
 
-def shipped_as_configured(remote: str, cluster_path: Path, scratch: Path) -> tuple[float, float]:
+@contextlib.contextmanager
+def served(bare: Path) -> Iterator[str]:
+    """``bare`` served by ``git daemon`` on a free local port, pushes allowed: its URL.
+    Over ``file://`` the remote's side of each clone, fetch and push (packing the
+    objects) runs as the command's own child, and its CPU was counted as the job's; a
+    Git host pays it, not the pod."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = subprocess.Popen(
+        ["git", "daemon", "--export-all", "--enable=receive-pack", "--reuseaddr",
+         f"--base-path={bare.parent}", "--listen=127.0.0.1", f"--port={port}",
+         str(bare.parent)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as attempt:
+                if attempt.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"git daemon did not listen on port {port}")
+            time.sleep(0.05)
+        yield f"git://127.0.0.1:{port}/{bare.name}"
+    finally:
+        daemon.terminate()
+        daemon.wait()
+
+
+def shipped_as_configured(remote: str, cluster_path: Path, scratch: Path,
+                          carry: bool = True) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of the command as the shipped CronJob runs it from its
     second run on: the manifests cloned, the load memo the run before left on the report
-    branch read (signed with the Secret's key), the report committed and pushed there
-    with this run's memo; git's own processes counted."""
+    branch read (signed with the Secret's key; none with ``carry`` off, as a job without
+    the Secret runs), the report committed and pushed there when it changed, with this
+    run's memo; git's processes counted, the remote's side of them not (``served``)."""
     cpu, wall, err = shipped_command(
         remote, cluster_path, scratch, "status", "--report-branch", REPORT_BRANCH,
-        "--commit", "--push", env={carried.ENV_KEY: CARRIED_KEY.decode()})
-    if "carried load memo read from" not in err:
-        raise RuntimeError(f"the carried memo was not read:\n{err[-2000:]}")
+        "--commit", "--push", env={carried.ENV_KEY: CARRIED_KEY.decode() if carry else ""})
+    if carry != ("carried load memo read from" in err):
+        raise RuntimeError(f"the carried memo was {'not ' if carry else ''}read:\n"
+                           f"{err[-2000:]}")
     return cpu, wall
 
 
@@ -158,8 +194,9 @@ def shipped(root: Path, cluster_path: Path, workdir: Path, runs: int) -> dict:
     each less the simulated cluster's storage (``sim_storage``), measured between them,
     which is what the job costs on a real cluster (whose LISTs it still pays)."""
     floors, cpus, walls, storages, configured, configured_walls = [], [], [], [], [], []
-    remote = fleet_remote(root)
-    with tempfile.TemporaryDirectory(dir=workdir) as scratch:
+    uncarried = []
+    with served(fleet_remote(root)) as remote, \
+            tempfile.TemporaryDirectory(dir=workdir) as scratch:
         # The run before: it leaves its memo on the report branch.
         shipped_command(remote, cluster_path, Path(scratch), "status", "--report-branch",
                         REPORT_BRANCH, "--commit", "--push",
@@ -175,6 +212,8 @@ def shipped(root: Path, cluster_path: Path, workdir: Path, runs: int) -> dict:
             cpu, wall = shipped_as_configured(remote, cluster_path, Path(scratch))
             configured.append(cpu)
             configured_walls.append(wall)
+            uncarried.append(shipped_as_configured(remote, cluster_path, Path(scratch),
+                                                   carry=False)[0])
     floor, cpu = statistics.median(floors), statistics.median(cpus)
     storage, carried_cpu = statistics.median(storages), statistics.median(configured)
     return {"parse_cpu_seconds": round(floor, 4), "command_cpu_seconds": round(cpu, 4),
@@ -186,7 +225,10 @@ def shipped(root: Path, cluster_path: Path, workdir: Path, runs: int) -> dict:
             "configured_wall_seconds": round(statistics.median(configured_walls), 4),
             "configured_vs_parse_cpu_ratio": round(carried_cpu / floor, 2),
             "configured_less_sim_storage_vs_parse_cpu_ratio":
-                round((carried_cpu - storage) / floor, 2)}
+                round((carried_cpu - storage) / floor, 2),
+            "configured_without_memo_cpu_seconds": round(statistics.median(uncarried), 4),
+            "configured_without_memo_vs_parse_cpu_ratio":
+                round(statistics.median(uncarried) / floor, 2)}
 
 
 def bench(workdir: Path, services: int, runs: int = 3) -> dict:
