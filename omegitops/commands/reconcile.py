@@ -27,7 +27,12 @@ from omegitops.commands.common import (
 )
 from omegitops.commands.get import replica_table
 from omegitops.gitops import DEFAULT_AUTHOR, Author, checkout
-from omegitops.gitops.branch import check_report_branch, publish_report, read_report_file
+from omegitops.gitops.branch import (
+    Beside,
+    check_report_branch,
+    publish_report,
+    read_report_file,
+)
 from omegitops.gitops.credentials import redact
 from omegitops.gitops.gitcmd import GitError
 from omegitops.gitops.push import PushError
@@ -144,12 +149,17 @@ def _carried_in(args: argparse.Namespace, repo: Checkout, folder: PurePosixPath,
     return carried.carried_memo(data, key, cache_dir(args), where)
 
 
-def _carried_out(memo: LoadMemo | None, key: bytes | None) -> dict[str, bytes]:
-    """The carried load memo to commit beside the report, if any."""
+def _carried_out(memo: LoadMemo | None, key: bytes | None) -> Beside | None:
+    """What makes the carried load memo to commit beside the report, if the run carries
+    one: encoded and signed only when the report changed and is committed (a steady
+    fleet's runs commit nothing, and encoding the memo of 1,000 services took 0.17 s)."""
     if memo is None or key is None:
-        return {}
-    data = carried.encode(memo, key)
-    return {carried.FILE_NAME: data} if data is not None else {}
+        return None
+
+    def made() -> dict[str, bytes]:
+        data = carried.encode(memo, key)
+        return {carried.FILE_NAME: data} if data is not None else {}
+    return made
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ stays), the tree a commit (``git hash-object``, ``mktree``, ``commit-tree``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import time
@@ -43,13 +44,19 @@ log = logging.getLogger("omegitops")
 LOCAL = "refs/heads/"
 
 
+# Files to commit beside the report, made only when the report changed (the carried
+# load memo: a few megabytes of JSON to encode and sign at 1,000 services).
+Beside = Callable[[], dict[str, bytes]]
+
+
 def commit_report_branch(checkout: Checkout, target: Target | None, folder: PurePosixPath,
                          files: dict[str, bytes], author: Author,
                          retries: int | None = None, backoff: float | None = None,
-                         sleep: Callable[[float], None] = time.sleep) -> str | None:
-    """Commit ``files`` as ``folder`` onto the report branch; push it when ``target`` is
-    given (its remote, and the report branch as its branch). The commit, or None when
-    the report did not change."""
+                         sleep: Callable[[float], None] = time.sleep,
+                         beside: Beside | None = None) -> str | None:
+    """Commit ``files`` (and ``beside()``'s) as ``folder`` onto the report branch; push it
+    when ``target`` is given (its remote, and the report branch as its branch). The
+    commit, or None when the report did not change."""
     git = checkout.git
     assert git is not None, "the report branch needs a git checkout"
     retries = RETRIES if retries is None else retries
@@ -62,7 +69,7 @@ def commit_report_branch(checkout: Checkout, target: Target | None, folder: Pure
                      "(retry %d of %d)", attempt, retries)
             sleep(backoff * attempt)
         parent = fetch_branch(git, target) if target else None
-        sha = _commit(git, parent, folder, files, author)
+        sha = _commit(git, parent, folder, files, author, beside)
         if sha is None:
             log.info("status report unchanged; nothing to commit")
             return None
@@ -83,13 +90,14 @@ def commit_report_branch(checkout: Checkout, target: Target | None, folder: Pure
 
 
 def commit_local_branch(checkout: Checkout, branch: str, folder: PurePosixPath,
-                        files: dict[str, bytes], author: Author) -> str | None:
+                        files: dict[str, bytes], author: Author,
+                        beside: Beside | None = None) -> str | None:
     """Commit the report onto the local branch ``branch`` (made when missing), for a
     run that commits without pushing."""
     git = checkout.git
     assert git is not None, "the report branch needs a git checkout"
     parent = _resolve(git, f"{LOCAL}{branch}")
-    sha = _commit(git, parent, folder, files, author)
+    sha = _commit(git, parent, folder, files, author, beside)
     if sha is None:
         log.info("status report unchanged; nothing to commit")
         return None
@@ -115,13 +123,15 @@ def fetch_branch(git: Git, target: Target) -> str | None:
 
 
 def _commit(git: Git, parent: str | None, folder: PurePosixPath, files: dict[str, bytes],
-            author: Author) -> str | None:
-    """A commit of ``files`` as ``folder`` over ``parent``'s tree; None when the report's
-    content is the one ``parent`` holds."""
+            author: Author, beside: Beside | None = None) -> str | None:
+    """A commit of ``files`` and ``beside()``'s as ``folder`` over ``parent``'s tree;
+    None when the report's content is the one ``parent`` holds."""
     old = read_json(git.read(parent, (folder / JSON_FILE).as_posix())) if parent else None
     new = read_json(files.get(JSON_FILE))
     if old is not None and new is not None and content_key(old) == content_key(new):
         return None
+    if beside is not None:
+        files = {**files, **beside()}
     ours = [("100644", "blob", _blob(git, data), name) for name, data in sorted(files.items())]
     tree = _graft(git, f"{parent}^{{tree}}" if parent else None, folder.parts, ours)
     message = commit_message(old, new or {})
@@ -245,11 +255,12 @@ def read_report_file(checkout: Checkout, branch: str, folder: PurePosixPath, nam
 
 def publish_report(checkout: Checkout, folder: PurePosixPath, written: Path, author: Author,
                    push: bool, branch: str | None,
-                   beside: dict[str, bytes] | None = None) -> None:
+                   beside: Beside | None = None) -> None:
     """Commit (and with ``push``, push) the report written in ``written``: into the
     manifests' branch, where it was written in place (``branch`` None), or onto the
-    report branch ``branch``, with the files ``beside`` it in the report folder (the
-    carried load memo), committed only with a report that changed."""
+    report branch ``branch``, with the files ``beside()`` makes beside it in the report
+    folder (the carried load memo), made and committed only with a report that
+    changed."""
     from omegitops.gitops.commit import commit_report
     from omegitops.gitops.push import push_report
     from omegitops.report.status import MARKDOWN_FILE
@@ -263,8 +274,10 @@ def publish_report(checkout: Checkout, folder: PurePosixPath, written: Path, aut
         return
     files = {name: (written / name).read_bytes() for name in (JSON_FILE, MARKDOWN_FILE)
              if (written / name).is_file()}
-    files.update(beside or {})
+    # Made at most once, however often a moved branch has the commit made again.
+    made = functools.cache(beside) if beside is not None else None
     if push:
-        commit_report_branch(checkout, report_target(checkout, branch), folder, files, author)
+        commit_report_branch(checkout, report_target(checkout, branch), folder, files, author,
+                             beside=made)
     else:
-        commit_local_branch(checkout, branch, folder, files, author)
+        commit_local_branch(checkout, branch, folder, files, author, beside=made)

@@ -520,12 +520,18 @@ def summary_line(summary: dict) -> str:
             f"{errors} validation error{'s' if errors != 1 else ''}")
 
 
-def content_key(report: dict) -> str:
+def content_key(report: dict) -> bytes:
     """The report without its time stamp and the commit read, for "did anything change"
     checks. A run reads the commit the previous run's report made, so counting the
-    commit as a change would commit a new report on every run."""
-    return json.dumps({k: v for k, v in report.items() if k not in ("generatedAt", "revision")},
-                      sort_keys=True)
+    commit as a change would commit a new report on every run. Written by orjson, keys
+    sorted (the standard library took 0.1 s for a report of 1,000 services, and a run
+    compares two), by the standard library what orjson refuses (an integer past 64
+    bits); compared only with another key of this function."""
+    kept = {k: v for k, v in report.items() if k not in ("generatedAt", "revision")}
+    try:
+        return orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(kept, sort_keys=True).encode()
 
 
 # -- rendering and writing -----------------------------------------------------
