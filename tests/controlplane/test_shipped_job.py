@@ -70,24 +70,15 @@ def wait_for_pod(cp, namespace: str, name: str, seconds: float) -> str:
 # -- the image ----------------------------------------------------------------------------
 
 
-def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path):
-    """``omegitops validate --repo examples`` in the image, started by the kubelet under
-    the CronJob's own security context. Before the schemas were package data it died
-    with FileNotFoundError on the first schema."""
-    cp = node_cluster
+def shipped_image_pod(name: str, namespace: str, **container) -> dict:
+    """A pod of one container of the shipped image, under the CronJob's own security
+    contexts, on the node; ``container`` adds to (or replaces) the container's fields."""
     cronjob = yaml.safe_load((PIPELINES / "cronjob" / "cronjob.yaml").read_text())
     template = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     shipped = template["containers"][0]
-    # The examples reach the pod as a read-only host folder the job's user can read.
-    examples = tmp_path / "examples"
-    shutil.copytree(EXAMPLES, examples)
-    subprocess.run(["chmod", "-R", "a+rX", str(tmp_path)], check=True)
-    # Not in the job's namespace, which enforces Pod Security `restricted`: that
-    # refuses the host folder the examples come in.
-    namespace = "default"
-    pod = {
+    return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "validate-examples", "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "restartPolicy": "Never", "nodeSelector": ON_THE_NODE,
             "securityContext": template["securityContext"],
@@ -95,17 +86,32 @@ def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path)
             "containers": [{
                 "name": "omegitops", "image": shipped["image"],
                 "imagePullPolicy": shipped["imagePullPolicy"],
-                "args": ["validate", "--repo", "/examples"],
                 "securityContext": shipped["securityContext"],
-                "volumeMounts": [{"name": "examples", "mountPath": "/examples",
-                                  "readOnly": True},
-                                 {"name": "tmp", "mountPath": "/tmp"}],
+                **container,
             }],
-            "volumes": [{"name": "examples", "hostPath": {"path": str(examples),
-                                                          "type": "Directory"}},
-                        {"name": "tmp", "emptyDir": {}}],
         },
     }
+
+
+def test_the_image_validates_the_examples_on_a_real_node(node_cluster, tmp_path):
+    """``omegitops validate --repo examples`` in the image, started by the kubelet under
+    the CronJob's own security context. Before the schemas were package data it died
+    with FileNotFoundError on the first schema."""
+    cp = node_cluster
+    # The examples reach the pod as a read-only host folder the job's user can read.
+    examples = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, examples)
+    subprocess.run(["chmod", "-R", "a+rX", str(tmp_path)], check=True)
+    # Not in the job's namespace, which enforces Pod Security `restricted`: that
+    # refuses the host folder the examples come in.
+    namespace = "default"
+    pod = shipped_image_pod(
+        "validate-examples", namespace, args=["validate", "--repo", "/examples"],
+        volumeMounts=[{"name": "examples", "mountPath": "/examples", "readOnly": True},
+                      {"name": "tmp", "mountPath": "/tmp"}])
+    pod["spec"]["volumes"] = [{"name": "examples", "hostPath": {"path": str(examples),
+                                                                "type": "Directory"}},
+                              {"name": "tmp", "emptyDir": {}}]
     k8s.CoreV1Api(cp.admin).create_namespaced_pod(namespace, pod)
     try:
         phase = wait_for_pod(cp, namespace, "validate-examples", 120)
@@ -144,25 +150,8 @@ def test_the_image_holds_its_modules_as_bytecode(node_cluster):
     bytecode, as pip compiled them when the image was built, not compiled from source
     at every start (a fifth of a second of CPU for omegitops' own)."""
     cp = node_cluster
-    cronjob = yaml.safe_load((PIPELINES / "cronjob" / "cronjob.yaml").read_text())
-    template = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    shipped = template["containers"][0]
     namespace, name = "default", "bytecode"
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "restartPolicy": "Never", "nodeSelector": ON_THE_NODE,
-            "securityContext": template["securityContext"],
-            "automountServiceAccountToken": False,
-            "containers": [{
-                "name": "omegitops", "image": shipped["image"],
-                "imagePullPolicy": shipped["imagePullPolicy"],
-                "command": ["python3", "-c", BYTECODE_CHECK],
-                "securityContext": shipped["securityContext"],
-            }],
-        },
-    }
+    pod = shipped_image_pod(name, namespace, command=["python3", "-c", BYTECODE_CHECK])
     k8s.CoreV1Api(cp.admin).create_namespaced_pod(namespace, pod)
     try:
         phase = wait_for_pod(cp, namespace, name, 120)
