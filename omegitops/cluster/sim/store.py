@@ -120,35 +120,34 @@ _NUMBER = (int, float)
 _TIME = (int, float, type(None))
 
 
-class _Fields(dict):
+def _fields(kinds_of: dict) -> dict[str, tuple[frozenset, str]]:
     """Field name -> (the exact classes a value may have, their names for an error).
 
     Compared by exact class, as a JSON decoder builds them: one set lookup per field
     where ``isinstance`` took two calls (a bool is an int to Python, not here), over the
     tens of thousands of records of a large fleet's file."""
+    out = {}
+    for key, kinds in kinds_of.items():
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        out[key] = (frozenset(kinds),
+                    " or ".join("null" if k is type(None) else k.__name__ for k in kinds))
+    return out
 
-    def __init__(self, fields: dict) -> None:
-        super().__init__()
-        for key, kinds in fields.items():
-            kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-            self[key] = (frozenset(kinds),
-                         " or ".join("null" if k is type(None) else k.__name__ for k in kinds))
 
-
-_METADATA = _Fields({"namespace": str, "labels": dict, "annotations": dict, "uid": str})
-_COUNTERS = _Fields({"uid": int, "ip": int, "event": int})
-_SETTINGS = _Fields({"pullSeconds": _NUMBER})
-_SIM = _Fields({"schedulerDirty": bool})
-_NODE_RECORD = _Fields({"images": dict, "downSince": _TIME, "next": _TIME, "lost": bool,
+_METADATA = _fields({"namespace": str, "labels": dict, "annotations": dict, "uid": str})
+_COUNTERS = _fields({"uid": int, "ip": int, "event": int})
+_SETTINGS = _fields({"pullSeconds": _NUMBER})
+_SIM = _fields({"schedulerDirty": bool})
+_NODE_RECORD = _fields({"images": dict, "downSince": _TIME, "next": _TIME, "lost": bool,
                         "noExecuteSince": dict, "removed": _TIME, "draining": _TIME,
                         "drained": _TIME})
-_FAULTS = _Fields({"pods": dict, "images": list, "cordoned": list})
-_POD_RECORD = _Fields({"node": (str, type(None)), "tried": bool, "message": str,
+_FAULTS = _fields({"pods": dict, "images": list, "cordoned": list})
+_POD_RECORD = _fields({"node": (str, type(None)), "tried": bool, "message": str,
                        "ip": (str, type(None)), "startTime": _TIME, "init": int,
                        "inits": list, "containers": list, "terminating": _TIME,
                        "deadline": _TIME, "evicted": (dict, type(None)), "next": _TIME,
                        "requests": dict})
-_CONTAINER_RECORD = _Fields({"name": str, "image": str, "phase": str, "since": _TIME,
+_CONTAINER_RECORD = _fields({"name": str, "image": str, "phase": str, "since": _TIME,
                              "until": _TIME, "startupAt": _TIME, "readyAt": _TIME,
                              "stopAt": _TIME, "restarts": int, "backoff": _NUMBER,
                              "pullBackoff": _NUMBER, "everStarted": bool,
@@ -156,7 +155,8 @@ _CONTAINER_RECORD = _Fields({"name": str, "image": str, "phase": str, "since": _
 _ABSENT = object()
 
 
-def _check_fields(where: str, record: object, fields: _Fields, required: bool = True) -> None:
+def _check_fields(where: str, record: object, fields: dict[str, tuple[frozenset, str]],
+                  required: bool = True) -> None:
     """Each field of ``fields`` present (when ``required``) and of its type; a bool is
     no number here, as it is for Python."""
     if record.__class__ is not dict:
